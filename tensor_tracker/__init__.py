@@ -1,0 +1,47 @@
+"""tensor_tracker: look inside PyTorch models while they run.
+
+```python
+import tensor_tracker
+
+with tensor_tracker.track(model) as t:
+    model(batch).sum().backward()
+t.to_frame()   # one row per module output / gradient
+```
+
+Where things live:
+- `tensor_tracker.track`, `tensor_tracker.Tracker`: recording (`api`, `tracker`).
+- `tensor_tracker.Stash`, `tensor_tracker.Event`: what is recorded (`stash`).
+- `tensor_tracker.stats`: statistics computed on the device (`track(model, stats=True)`).
+- `tensor_tracker.plot`: matplotlib figures; `tensor_tracker.widgets`: notebook viewers.
+"""
+
+from .api import track
+from .stash import (
+    CopyValue,
+    Event,
+    Stash,
+    StashFn,
+    StashValueFn,
+    default_stash,
+    default_stash_value,
+    get_stash_fn,
+)
+from .structure import rmap_tensor
+from .tracker import MemoryBudgetError, Tracker
+
+__all__ = [
+    "CopyValue",
+    "Event",
+    "MemoryBudgetError",
+    "Stash",
+    "StashFn",
+    "StashValueFn",
+    "Tracker",
+    "default_stash",
+    "default_stash_value",
+    "get_stash_fn",
+    "rmap_tensor",
+    "track",
+]
+
+__version__ = "0.1.0"

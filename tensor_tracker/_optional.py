@@ -1,0 +1,19 @@
+"""Lazy imports of the optional extras, with an error that says what to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+__all__ = ["require"]
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import `module`, or raise ImportError naming the `tensor-tracker[extra]` to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(
+            f"{module} is needed for this; install it with "
+            f"`pip install 'tensor-tracker[{extra}]'` (or `pip install {error.name or module}`)"
+        ) from error

@@ -1,0 +1,146 @@
+"""`track`: the one-line entry point."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .stash import CopyValue, StashFn, StashValueFn, get_stash_fn
+from .tracker import Pattern, Tracker, _check_module, compile_pattern
+
+__all__ = ["track"]
+
+
+def track(
+    module: nn.Module,
+    grad: bool = True,
+    include: Pattern = None,
+    exclude: Pattern = None,
+    stash_value: StashValueFn | None = None,
+    stash: StashFn | None = None,
+    *,
+    stats: Any = None,
+    capture: str | Iterable[str] = "outputs",
+    optimizer: torch.optim.Optimizer | None = None,
+    every: int = 1,
+    train_only: bool = False,
+    max_bytes: int | None = None,
+    device: str | torch.device | None = "cpu",
+    dtype: torch.dtype | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    non_blocking: bool = False,
+) -> Tracker:
+    """Track what the modules of `module` compute; use it as a context manager.
+
+    Quick start (in a notebook cell)::
+
+        with tensor_tracker.track(model) as t:
+            model(batch).sum().backward()
+        t.to_frame()          # one row per output / gradient: name, type, grad, ..., std
+        list(t)               # the Stash objects themselves; t[0].value is a CPU copy
+
+    Every module's forward output is stashed as it finishes (children before their parent,
+    the root `""` last), then, during `backward()`, the gradient with respect to each
+    module's output (a tuple, one entry per output tensor). Hooks are removed when the
+    `with` block ends, also on an exception. Tracking never changes the model's results:
+    outputs and gradients are bitwise identical to an untracked run, and in-place ops
+    (`ReLU(inplace=True)`, `x += residual`) after a tracked module are fine.
+
+    Choosing what to record:
+        - `include="layers\\.\\d+$"`, `exclude="dropout"`: regexes searched in module names.
+        - `grad=False`: forward values only.
+        - `capture=("outputs", "inputs", "params")`: also each module's inputs and its own
+          parameters (and their gradients, captured once accumulated).
+        - `optimizer=opt`: also the optimizer state (e.g. Adam's moments) after `opt.step()`.
+        - `train_only=True`: skip modules in eval mode.
+
+    Choosing what to keep (memory):
+        - `stats=True`: keep a few statistics per tensor (mean, std, rms, abs_max, min, max,
+          numel) computed on the tensor's device, instead of a copy. Also a list of names
+          (`stats=["rms", "fp16_overflow"]`), custom `("name", fn)` pairs, or
+          `tensor_tracker.stats.histogram()`; see `tensor_tracker.stats`.
+        - `device=None` keeps copies on the tensor's device; `dtype=torch.bfloat16` stores
+          them in a smaller dtype; `sample=1000` keeps 1000 random elements (seeded by
+          `seed`); `non_blocking=True` copies from a GPU to pinned memory asynchronously.
+        - `stash_value=fn` transforms each tensor yourself (e.g. `lambda t: t.abs().max()`);
+          `stash=fn` builds each `Stash` from its `Event` yourself.
+        - `max_bytes=2**30` stops tracking with `MemoryBudgetError` (keeping the stashes)
+          rather than filling memory.
+
+    Training runs:
+        Keep one tracker around the loop and call `t.step()` after each step; every stash
+        has a `step`, and `every=10` records only every 10th step (no hooks in between)::
+
+            with tensor_tracker.track(model, stats=True, every=10) as t:
+                for batch in loader:
+                    loss_fn(model(batch)).backward(); opt.step(); opt.zero_grad()
+                    t.step()
+            df = t.to_frame()
+
+    Args:
+        module: the model (any `torch.nn.Module`).
+        grad: also record gradients.
+        include: only modules whose name matches this regex (string or compiled).
+        exclude: skip modules whose name matches this regex.
+        stash_value: transform applied to each stashed tensor.
+        stash: builds each `Stash` from an `Event` (excludes `stash_value`).
+        stats: `True`, statistic names, or custom statistics (see above).
+        capture: `"outputs"`, `"inputs"`, `"params"`, or several of them.
+        optimizer: record this optimizer's state for the tracked parameters.
+        every: record every N-th step only.
+        train_only: record only modules in training mode.
+        max_bytes: memory budget for the stashes.
+        device: where full copies go (`None`: stay on the tensor's device).
+        dtype: dtype of full copies.
+        sample: keep this many random elements of each tensor.
+        seed: seed for `sample`.
+        non_blocking: asynchronous GPU-to-CPU copies into pinned memory.
+
+    Returns:
+        A `Tracker`: a sequence of `Stash` with `to_frame()`, `step()`, `nbytes`.
+
+    Raises:
+        TypeError: `module` is not an `nn.Module`, or an argument has the wrong type.
+        ValueError: an invalid regex, `stash` together with `stash_value`, `stats=` or copy
+            options combined with a custom `stash`/`stash_value`, or an unknown statistic.
+        Nothing is attached to the model when an argument is rejected.
+    """
+    _check_module(module)
+    compile_pattern(include, "include")
+    compile_pattern(exclude, "exclude")
+    copy_options = (device, dtype, sample, seed, non_blocking) != ("cpu", None, None, 0, False)
+    custom = [n for n, v in (("stash", stash), ("stash_value", stash_value)) if v is not None]
+    if custom and stats not in (None, False):
+        raise ValueError(
+            f"stats= replaces the stashed tensors by statistics; it cannot be combined with "
+            f"{custom[0]}= (compute statistics inside your own function instead)"
+        )
+    if custom and copy_options:
+        raise ValueError(
+            f"device=/dtype=/sample=/seed=/non_blocking= configure the default copy; they cannot "
+            f"be combined with {custom[0]}="
+        )
+    if stats not in (None, False):
+        if copy_options:
+            raise ValueError(
+                "stats= keeps statistics, not copies; drop device=/dtype=/sample=/non_blocking="
+            )
+        from .stats import parse
+
+        stash_value = parse(stats)
+    elif copy_options:
+        stash_value = CopyValue(device, dtype, sample, seed, non_blocking)
+    tracker = Tracker(
+        get_stash_fn(stash_value, stash),
+        capture=capture,
+        optimizer=optimizer,
+        every=every,
+        train_only=train_only,
+        max_bytes=max_bytes,
+    )
+    tracker.register_all(module, grad=grad, include=include, exclude=exclude)
+    return tracker

@@ -1,0 +1,113 @@
+"""`to_frame`: stashes as a pandas DataFrame, one row per stash."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from ._optional import require
+from .stash import Stash
+from .stats import Stats, compute, stats_table
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["to_frame", "type_name"]
+
+_TYPE_NAMES: dict[type, str] = {}
+
+
+def type_name(cls: type) -> str:
+    """`"<module>.<qualname>"` of a class, as in the `type` column."""
+    name = _TYPE_NAMES.get(cls)
+    if name is None:
+        name = _TYPE_NAMES[cls] = f"{cls.__module__}.{cls.__qualname__}"
+    return name
+
+
+def _stat_fn(stat: Callable[[Tensor], Any] | str | None) -> Callable[[Tensor], Any]:
+    if stat is None:
+        return torch.std
+    if isinstance(stat, str):
+        return lambda t: compute(t, (stat,))[stat]
+    if not callable(stat):
+        raise TypeError(f"to_frame: stat must be a callable or a statistic name, got {stat!r}")
+    return stat
+
+
+def _tensor_stats(fn: Callable[[Tensor], Any], values: Sequence[Any]) -> list[float]:
+    """Apply `fn` to each tensor and read all results back with one transfer per device."""
+    out = [math.nan] * len(values)
+    pending: dict[torch.device, tuple[list[int], list[Tensor]]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. std of one element: NaN, as documented
+        for i, value in enumerate(values):
+            if not isinstance(value, Tensor) or value.numel() == 0:
+                continue
+            try:
+                result = fn(value)
+            except (RuntimeError, TypeError, ValueError, KeyError):
+                continue  # e.g. torch.std of an integer tensor: NaN, not a crash
+            if isinstance(result, Tensor):
+                if result.numel() == 1 and not result.is_complex():
+                    rows, tensors = pending.setdefault(result.device, ([], []))
+                    rows.append(i)
+                    tensors.append(result.reshape(()).detach())
+            elif isinstance(result, (int, float)):
+                out[i] = float(result)
+    for rows, tensors in pending.values():
+        for i, v in zip(rows, torch.stack(tensors).to("cpu", torch.float64).tolist()):
+            out[i] = v
+    return out
+
+
+def to_frame(
+    stashes: Sequence[Stash],
+    stat: Callable[[Tensor], Any] | str | None = None,
+    stat_name: str | None = None,
+) -> pandas.DataFrame:
+    """Build the DataFrame of `Tracker.to_frame` (see there) from a list of stashes."""
+    pd = require("pandas", "pandas")
+    n = len(stashes)
+    columns: dict[str, Any] = {
+        "name": [s.name for s in stashes],
+        "type": [type_name(s.type) for s in stashes],
+        "grad": [s.grad for s in stashes],
+        "call": [s.call for s in stashes],
+        "step": [s.step for s in stashes],
+        "kind": [s.kind for s in stashes],
+        "attr": [s.attr for s in stashes],
+        "training": [s.training for s in stashes],
+    }
+    firsts = [s.first_value for s in stashes]
+    stats_rows = [i for i, v in enumerate(firsts) if isinstance(v, Stats)]
+    if stats_rows:
+        table = stats_table([firsts[i] for i in stats_rows])
+        if stat is not None:
+            wanted = stat if isinstance(stat, str) else getattr(stat, "__name__", "")
+            if wanted not in table:
+                raise KeyError(
+                    f"to_frame: stat={wanted!r} was not recorded; recorded statistics: "
+                    f"{list(table)}"
+                )
+            table = {stat_name or wanted: table[wanted]}
+        for column, values in table.items():
+            full: list[Any] = [math.nan] * n
+            for i, v in zip(stats_rows, values):
+                full[i] = v
+            columns[column] = full
+    if len(stats_rows) < n or n == 0:
+        fn = _stat_fn(stat)
+        name = stat_name or (stat if isinstance(stat, str) else getattr(fn, "__name__", None))
+        plain = [i for i, v in enumerate(firsts) if not isinstance(v, Stats)]
+        values = _tensor_stats(fn, [firsts[i] for i in plain])
+        full = [math.nan] * n
+        for i, v in zip(plain, values):
+            full[i] = v
+        columns[name or "value"] = full
+    return pd.DataFrame(columns)

@@ -1,0 +1,534 @@
+"""`Tracker`: attaches hooks to modules and keeps what they saw as a list of `Stash`."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+import torch
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+from .stash import Event, Kind, Stash, StashFn, _BoundDefaultStash, get_stash_fn
+from .structure import iter_tensors
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["CAPTURE", "MemoryBudgetError", "Pattern", "Tracker"]
+
+Pattern = str | re.Pattern[str] | None
+"""A module-name filter: `None`, a regular expression string, or a compiled pattern."""
+
+CAPTURE = ("outputs", "inputs", "params")
+"""What `capture=` can name: module outputs, module inputs, and each module's own parameters."""
+
+
+class MemoryBudgetError(RuntimeError):
+    """Raised when the stashes would exceed `max_bytes`; the hooks are removed first and
+    everything stashed so far is kept."""
+
+
+def compile_pattern(pattern: Pattern, argument: str) -> re.Pattern[str] | None:
+    """Compile a module-name filter, naming `argument` in the error when it is not valid."""
+    if pattern is None or isinstance(pattern, re.Pattern):
+        return pattern
+    if not isinstance(pattern, str):
+        raise TypeError(
+            f"{argument}= must be a regex string or compiled pattern, got {type(pattern).__name__}"
+        )
+    try:
+        return re.compile(pattern)
+    except re.error as error:
+        raise ValueError(f"{argument}={pattern!r} is not a valid regular expression: {error}") from None
+
+
+def _check_module(module: Any, argument: str = "module") -> None:
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            f"{argument} must be a torch.nn.Module (the model to track), got {type(module).__name__}"
+        )
+
+
+def _value_nbytes(value: Any) -> int:
+    total = 0
+    for item in _iter_leaves(value):
+        if isinstance(item, Tensor):
+            total += item.numel() * item.element_size()
+        else:
+            total += getattr(item, "nbytes", 0) if hasattr(item, "raw") else 0
+    return total
+
+
+def _iter_leaves(value: Any) -> Iterator[Any]:
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _iter_leaves(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _iter_leaves(v)
+    elif hasattr(value, "__dataclass_fields__") and not isinstance(value, type):
+        for name in value.__dataclass_fields__:
+            yield from _iter_leaves(getattr(value, name, None))
+    else:
+        yield value
+
+
+def _handle_is_dead(handle: Any) -> bool:
+    """A tensor hook's handle is dead once its autograd graph (and tensor) have been freed."""
+    handles = getattr(handle, "handles", (handle,))  # register_multi_grad_hook's handle
+    return all(h.hooks_dict_ref() is None for h in handles)
+
+
+class _Registration:
+    """One registered module and what its hooks need, resolved once at `register` time."""
+
+    __slots__ = ("arg_names", "calls", "grad", "module", "name", "param_step", "params", "type")
+
+    def __init__(self, module: nn.Module, name: str, grad: bool) -> None:
+        self.module = module
+        self.name = name
+        self.type = type(module)
+        self.grad = grad
+        self.calls = 0
+        self.param_step = -1
+        self.params = list(module.named_parameters(recurse=False))
+        self.arg_names: tuple[str, ...] = ()
+        try:
+            signature = inspect.signature(module.forward)
+            self.arg_names = tuple(
+                p.name
+                for p in signature.parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            )
+        except (TypeError, ValueError):  # builtins and odd callables have no signature
+            pass
+
+    def arg_name(self, index: int) -> str:
+        return self.arg_names[index] if index < len(self.arg_names) else str(index)
+
+
+class Tracker:
+    """Records what modules compute, as a list of `Stash`; most users get one from `track`.
+
+    A tracker is a sequence of stashes (`len`, indexing, iteration, in recording order) and a
+    context manager that removes its hooks on exit.
+
+    Args:
+        stash: the `StashFn` that turns each hook `Event` into a `Stash`; default: a detached
+            CPU copy of every tensor (`default_stash` with `default_stash_value`).
+        capture: what to record for each registered module, one or more of `"outputs"` (the
+            default), `"inputs"` (each positional/keyword argument holding tensors) and
+            `"params"` (the module's own parameters, not its children's). With `grad=True`
+            the gradients of each are recorded too (parameter gradients once accumulated).
+        optimizer: also record this optimizer's per-parameter state (e.g. Adam's `exp_avg`
+            and `exp_avg_sq`) for the registered modules' parameters after each
+            `optimizer.step()`.
+        every: record only every N-th step (see `step`); between recorded steps no hook is
+            attached at all.
+        train_only: record only while modules are in training mode.
+        max_bytes: raise `MemoryBudgetError` (after removing the hooks, keeping what was
+            stashed) instead of letting the stashes grow past this many bytes.
+
+    Example:
+        >>> tracker = Tracker()
+        >>> tracker.register(model.encoder, "encoder")
+        >>> loss = model(x).sum(); loss.backward()
+        >>> tracker.unregister()
+        >>> [(s.name, s.grad) for s in tracker]
+        [('encoder', False), ('encoder', True)]
+    """
+
+    def __init__(
+        self,
+        stash: StashFn | None = None,
+        *,
+        capture: str | Iterable[str] = "outputs",
+        optimizer: torch.optim.Optimizer | None = None,
+        every: int = 1,
+        train_only: bool = False,
+        max_bytes: int | None = None,
+    ) -> None:
+        capture_set = {capture} if isinstance(capture, str) else set(capture)
+        unknown = capture_set - set(CAPTURE)
+        if unknown or not capture_set:
+            raise ValueError(
+                f"capture= takes one or more of {CAPTURE}, got {capture!r}"
+                + (f" (unknown: {sorted(unknown)})" if unknown else "")
+            )
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ValueError(f"every= must be a positive int (record every N-th step), got {every!r}")
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes <= 0):
+            raise ValueError(f"max_bytes= must be a positive int (bytes), got {max_bytes!r}")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"optimizer= must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            )
+        self.stashes: list[Stash] = []
+        self._stash_fn: StashFn = stash if stash is not None else get_stash_fn()
+        # Only stashes built by a user's own StashFn need the tracker to stamp call/step/kind.
+        self._stamp = not isinstance(self._stash_fn, _BoundDefaultStash)
+        stash_value = getattr(self._stash_fn, "stash_value", None)
+        self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
+        self._pending_copies = False
+        self._outputs = "outputs" in capture_set
+        self._inputs = "inputs" in capture_set
+        self._params = "params" in capture_set
+        self._optimizer = optimizer
+        self._every = every
+        self._train_only = train_only
+        self._max_bytes = max_bytes
+        self._nbytes = 0
+        self._step = 0
+        self._step_count = 0
+        self._registrations: list[_Registration] = []
+        self._handles: list[RemovableHandle] = []
+        self._grad_handles: list[Any] = []
+        self._attached = False
+        self._prune_at = 1024
+        self._last_hooked: tuple[weakref.ref[Tensor], int, list[Callable[[Tensor], None]]] | None = None
+
+    # -- registration ------------------------------------------------------------------
+
+    @property
+    def recording(self) -> bool:
+        """Whether the current step is recorded (always, unless `every` > 1)."""
+        return self._step_count % self._every == 0
+
+    def register(self, module: nn.Module, name: str = "", grad: bool = True) -> None:
+        """Record `module`'s forward output under `name` and, when `grad` is true, the
+        gradient with respect to its output(s) (plus inputs/parameters per `capture`).
+
+        Example:
+            >>> tracker.register(model[0], "first", grad=False)
+        """
+        _check_module(module)
+        registration = _Registration(module, name, grad)
+        self._registrations.append(registration)
+        if self.recording:
+            self._attach(registration)
+
+    def register_all(
+        self,
+        module: nn.Module,
+        grad: bool = True,
+        include: Pattern = None,
+        exclude: Pattern = None,
+    ) -> None:
+        """`register` every module of `module.named_modules()` whose name matches `include`
+        (or `include` is None) and does not match `exclude` (both searched with `re.search`).
+        The root's name is `""`; children have dotted names like `"0.linear"`.
+
+        Example:
+            >>> tracker.register_all(model, include=r"layers\\.\\d+$", exclude="dropout")
+        """
+        _check_module(module)
+        include_re = compile_pattern(include, "include")
+        exclude_re = compile_pattern(exclude, "exclude")
+        for name, child in module.named_modules():
+            if include_re is not None and not include_re.search(name):
+                continue
+            if exclude_re is not None and exclude_re.search(name):
+                continue
+            self.register(child, name, grad)
+
+    def unregister(self) -> None:
+        """Remove every hook this tracker attached; the stashes stay."""
+        self._detach()
+        self._registrations.clear()
+
+    def clear(self) -> None:
+        """Drop all stashes (the hooks stay attached)."""
+        self.stashes.clear()
+        self._nbytes = 0
+
+    def step(self, n: int | None = None) -> None:
+        """Advance to the next step (or to step `n`, for an x-axis of your choice such as
+        epochs or tokens seen). Later stashes carry the new `step`; call indices restart.
+        With `every=N`, hooks are attached only during every N-th step.
+
+        Example:
+            >>> for batch in loader:
+            ...     loss_fn(model(batch)).backward(); opt.step(); opt.zero_grad()
+            ...     tracker.step()
+        """
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool)):
+            raise TypeError(f"step(n): n must be an int, got {type(n).__name__}")
+        self._step = self._step + 1 if n is None else n
+        self._step_count += 1
+        for registration in self._registrations:
+            registration.calls = 0
+        if self.recording and not self._attached:
+            for registration in self._registrations:
+                self._attach(registration)
+        elif not self.recording:
+            self._detach()
+
+    @property
+    def current_step(self) -> int:
+        """The step that new stashes are stamped with."""
+        return self._step
+
+    def _attach(self, reg: _Registration) -> None:
+        if self._optimizer is not None and not self._attached:
+            self._handles.append(self._optimizer.register_step_post_hook(self._optimizer_hook))
+        self._attached = True
+        module = reg.module
+        if self._outputs:
+            self._handles.append(
+                module.register_forward_hook(self._forward_hook(reg), with_kwargs=True)
+            )
+        if self._inputs or self._params:
+            self._handles.append(
+                module.register_forward_pre_hook(self._pre_hook(reg), with_kwargs=True)
+            )
+        if self._params and reg.grad:
+            for attr, param in reg.params:
+                if param.requires_grad:
+                    self._handles.append(
+                        param.register_post_accumulate_grad_hook(self._param_grad_hook(reg, attr))
+                    )
+
+    def _detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        for handle in self._grad_handles:
+            handle.remove()
+        self._handles.clear()
+        self._grad_handles.clear()
+        self._attached = False
+        self._last_hooked = None
+
+    # -- hooks (hot path: no host synchronisation, little Python) -------------------------
+
+    def _forward_hook(self, reg: _Registration) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+            training = module.training
+            if self._train_only and not training:
+                return
+            call = reg.calls
+            reg.calls = call + 1
+            self._record(reg, False, output, args, kwargs, call, "output", "", training)
+            if reg.grad:
+                self._hook_grads(reg, output, call, "output", "", training)
+
+        return hook
+
+    def _pre_hook(self, reg: _Registration) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            training = module.training
+            if self._train_only and not training:
+                return
+            call = reg.calls
+            if not self._outputs:  # otherwise the forward hook counts the call
+                reg.calls = call + 1
+            if self._inputs:
+                for index, value in enumerate(args):
+                    self._record_input(reg, reg.arg_name(index), value, args, kwargs, call, training)
+                for key, value in kwargs.items():
+                    self._record_input(reg, key, value, args, kwargs, call, training)
+            if self._params and reg.param_step != self._step_count:
+                reg.param_step = self._step_count
+                for attr, param in reg.params:
+                    self._record(reg, False, param, (), {}, 0, "param", attr, training)
+
+        return hook
+
+    def _record_input(
+        self,
+        reg: _Registration,
+        attr: str,
+        value: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call: int,
+        training: bool,
+    ) -> None:
+        if isinstance(value, Tensor) or any(True for _ in iter_tensors(value)):
+            self._record(reg, False, value, args, kwargs, call, "input", attr, training)
+            if reg.grad:
+                self._hook_grads(reg, value, call, "input", attr, training)
+
+    def _param_grad_hook(self, reg: _Registration, attr: str) -> Callable[[Tensor], None]:
+        def hook(param: Tensor) -> None:
+            training = reg.module.training
+            if self._train_only and not training:
+                return
+            self._record(reg, True, (param.grad,), (), {}, 0, "param", attr, training)
+
+        return hook
+
+    def _optimizer_hook(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        for reg in self._registrations:
+            training = reg.module.training
+            if self._train_only and not training:
+                continue
+            for attr, param in reg.params:
+                for key, value in optimizer.state.get(param, {}).items():
+                    # Skip scalars such as Adam's "step"; keep per-element state.
+                    if isinstance(value, Tensor) and value.shape == param.shape:
+                        self._record(
+                            reg, False, value, (), {}, 0, "optimizer", f"{attr}.{key}", training
+                        )
+
+    def _hook_grads(
+        self, reg: _Registration, value: Any, call: int, kind: Kind, attr: str, training: bool
+    ) -> None:
+        """Hook the gradients of the tensors in `value`. Tensor hooks add no autograd node,
+        so gradients stay bitwise identical and later in-place ops on `value` are allowed;
+        a hook registered now sees the gradient of the value as it is now."""
+        if isinstance(value, Tensor):
+            if not value.requires_grad:
+                return
+
+            def one(grad: Tensor) -> None:
+                self._record(reg, True, (grad,), (), {}, call, kind, attr, training)
+
+            self._hook_tensor(value, one)
+            return
+        tensors = list(iter_tensors(value))
+        wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
+        if not wanted:
+            return
+        count = len(tensors)
+
+        def many(grads: Sequence[Tensor | None]) -> None:
+            full: list[Tensor | None] = [None] * count
+            for i, g in zip(wanted, grads):
+                full[i] = g
+            self._record(reg, True, tuple(full), (), {}, call, kind, attr, training)
+
+        if len(wanted) == 1:
+            self._hook_tensor(tensors[wanted[0]], lambda grad: many((grad,)))
+        else:
+            self._keep_grad_handle(
+                torch.autograd.graph.register_multi_grad_hook([tensors[i] for i in wanted], many)
+            )
+
+    def _hook_tensor(self, tensor: Tensor, callback: Callable[[Tensor], None]) -> None:
+        """Call `callback` with `tensor`'s gradient. A parent module often returns its last
+        child's output object unchanged; then one hook serves both, and calls the parent's
+        callback first so gradients are recorded from the output back towards the input."""
+        last = self._last_hooked
+        if last is not None and last[0]() is tensor and last[1] == tensor._version:
+            last[2].insert(0, callback)
+            return
+        callbacks = [callback]
+
+        def dispatch(grad: Tensor) -> None:
+            for fn in callbacks:
+                fn(grad)
+
+        self._keep_grad_handle(tensor.register_hook(dispatch))
+        self._last_hooked = (weakref.ref(tensor), tensor._version, callbacks)
+
+    def _keep_grad_handle(self, handle: Any) -> None:
+        handles = self._grad_handles
+        handles.append(handle)
+        if len(handles) > self._prune_at:
+            # Handles of finished graphs are dead; forget them so long runs don't grow.
+            handles[:] = [h for h in handles if not _handle_is_dead(h)]
+            self._prune_at = max(1024, 2 * len(handles))
+
+    def _record(
+        self,
+        reg: _Registration,
+        grad: bool,
+        value: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call: int,
+        kind: Kind,
+        attr: str,
+        training: bool,
+    ) -> None:
+        event = Event(reg.name, reg.type, grad, value, args, kwargs, call, self._step, kind, attr, training)
+        stash = self._stash_fn(event)
+        if self._stamp and isinstance(stash, Stash):
+            stash.call, stash.step, stash.kind, stash.attr = call, self._step, kind, attr
+            stash.training = training
+        if self._max_bytes is not None:
+            size = _value_nbytes(stash.value)
+            if self._nbytes + size > self._max_bytes:
+                self._over_budget(stash, size)
+            self._nbytes += size
+        self._pending_copies = self._non_blocking
+        self.stashes.append(stash)
+
+    def _over_budget(self, stash: Stash, size: int) -> None:
+        self.unregister()
+        what = f"{stash.kind} {'gradient ' if stash.grad else ''}of {stash.name or '<root>'!r}"
+        raise MemoryBudgetError(
+            f"tensor_tracker: stashing the {what} ({size:,} bytes) would exceed "
+            f"max_bytes={self._max_bytes:,}. Tracking stopped (hooks removed); the "
+            f"{len(self.stashes)} stashes so far ({self._nbytes:,} bytes) are kept. "
+            "To stash less: stats=True (a few numbers per tensor instead of the tensor), "
+            "include=/exclude= to track fewer modules, grad=False, sample=N, "
+            "dtype=torch.bfloat16, every=N, or a larger max_bytes."
+        )
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        if self._pending_copies:
+            torch.cuda.synchronize()
+            self._pending_copies = False
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the tensors in the stashes (statistics count their few numbers)."""
+        self._sync()
+        return sum(_value_nbytes(s.value) for s in self.stashes)
+
+    def __len__(self) -> int:
+        return len(self.stashes)
+
+    @overload
+    def __getitem__(self, index: int) -> Stash: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Stash]: ...
+    def __getitem__(self, index: int | slice) -> Stash | list[Stash]:
+        self._sync()
+        return self.stashes[index]
+
+    def __iter__(self) -> Iterator[Stash]:
+        self._sync()
+        return iter(self.stashes)
+
+    def __str__(self) -> str:
+        return f"Tracker(stashes={len(self.stashes)}, tracking={len(self._handles)})"
+
+    __repr__ = __str__
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unregister()
+
+    def to_frame(
+        self,
+        stat: Callable[[Tensor], Any] | str | None = None,
+        stat_name: str | None = None,
+    ) -> pandas.DataFrame:
+        """A pandas DataFrame with one row per stash.
+
+        Columns: `name`, `type` (`"<module>.<qualname>"` of the module class), `grad`, `call`,
+        `step`, `kind`, `attr`, `training`, then the statistics. For stashes holding tensors,
+        one column: `stat` applied to the stash's `first_value` (default `torch.std`), named
+        `stat_name`, else `stat.__name__`, else `"value"`; NaN where that is not a number
+        (non-tensor, empty or integer values that the statistic rejects). For stashes made
+        with `stats=`, one column per statistic, read from the device in one batched
+        transfer (`stat`, if given, picks one of them by name).
+
+        Example:
+            >>> df = tracker.to_frame()
+            >>> df.groupby(["name", "grad"])["std"].mean()
+        """
+        from .frame import to_frame
+
+        self._sync()
+        return to_frame(self.stashes, stat, stat_name)
