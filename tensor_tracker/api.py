@@ -50,6 +50,12 @@ def track(
     outputs and gradients are bitwise identical to an untracked run, and in-place ops
     (`ReLU(inplace=True)`, `x += residual`) after a tracked module are fine.
 
+    A gradient stash holds, for each output tensor, d loss / d tensor (what
+    `torch.autograd.grad(loss, tensor)` gives) for the value the module returned, before any
+    later in-place change. Gradients are read with tensor hooks, which add no autograd node;
+    so if a module also uses a tensor it returns inside itself (`return h, 2 * h`), that use
+    is part of the gradient too.
+
     Choosing what to record:
         - `include="layers\\.\\d+$"`, `exclude="dropout"`: regexes searched in module names.
         - `grad=False`: forward values only.
@@ -113,6 +119,10 @@ def track(
     compile_pattern(include, "include")
     compile_pattern(exclude, "exclude")
     copy_options = (device, dtype, sample, seed, non_blocking) != ("cpu", None, None, 0, False)
+    if device is not None and not isinstance(device, (str, torch.device)):
+        raise TypeError(
+            f"device= must be a torch device, a string like 'cpu', or None, got {device!r}"
+        )
     custom = [n for n, v in (("stash", stash), ("stash_value", stash_value)) if v is not None]
     if custom and stats not in (None, False):
         raise ValueError(
@@ -132,7 +142,7 @@ def track(
         from .stats import parse
 
         stash_value = parse(stats)
-    elif copy_options:
+    elif not custom:
         stash_value = CopyValue(device, dtype, sample, seed, non_blocking)
     tracker = Tracker(
         get_stash_fn(stash_value, stash),

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.steps):
             tokens, targets = copy_task_batch(16, 32, vocab, generator)
             loss = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             optimizer.zero_grad()
             losses.append(loss.item())
@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.steps} Adam steps in {elapsed:.1f}s, recorded every 5th step with stats=True\n"
         f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; {len(df)} stashes, {tracker.nbytes:,} bytes held\n"
     )
-    print(f"Scales at step {int(last.step.max())} (rows in execution order; log2 gauge 2^-24 .. 2^8):")
+    print(
+        f"Scales at step {int(last.step.max())} (rows in execution order; log2 gauge 2^-24 .. 2^8):"
+    )
     rows = []
     for name, (act, grad) in table.iterrows():
         rows.append(

@@ -110,4 +110,5 @@ def to_frame(
         for i, v in zip(plain, values):
             full[i] = v
         columns[name or "value"] = full
-    return pd.DataFrame(columns)
+    frame: pandas.DataFrame = pd.DataFrame(columns)
+    return frame

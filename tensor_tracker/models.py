@@ -23,7 +23,8 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).view(batch, seq, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
         mask = None if padding_mask is None else ~padding_mask[:, None, None, :]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.out(y.transpose(1, 2).reshape(batch, seq, d_model))
+        out: Tensor = self.out(y.transpose(1, 2).reshape(batch, seq, d_model))
+        return out
 
 
 class MLP(nn.Module):
@@ -36,7 +37,8 @@ class MLP(nn.Module):
         self.down = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(self.act(self.up(x)))
+        out: Tensor = self.down(self.act(self.up(x)))
+        return out
 
 
 class Block(nn.Module):
@@ -51,7 +53,7 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         x = x + self.attn(self.norm1(x), padding_mask=padding_mask)
-        h = self.mlp(self.norm2(x))
+        h: Tensor = self.mlp(self.norm2(x))
         h += x
         return h
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from ._memo import LastTensorMemo
 from .structure import rmap_tensor
 
 __all__ = [
@@ -161,7 +162,10 @@ class _BoundDefaultStash:
 class CopyValue:
     """A `StashValueFn` that copies tensors with a choice of where, in what dtype, and how much.
 
-    `track(model, device=..., dtype=..., sample=..., non_blocking=...)` builds one of these.
+    `track(model)` copies with `CopyValue()` (like `default_stash_value`: a detached CPU copy
+    sharing no memory with the original); `track(model, device=..., dtype=..., sample=...,
+    non_blocking=...)` builds one with those options. A tensor seen again unchanged (a parent
+    returning its child's output object) is copied once and the copy shared by both stashes.
 
     Args:
         device: where copies go; `"cpu"` (the default), any torch device, or `None` to keep
@@ -196,6 +200,7 @@ class CopyValue:
         self.seed = seed
         self.non_blocking = non_blocking
         self._generators: dict[torch.device, torch.Generator] = {}
+        self._memo = LastTensorMemo(self._copy)
 
     def _generator(self, device: torch.device) -> torch.Generator:
         gen = self._generators.get(device)
@@ -205,6 +210,9 @@ class CopyValue:
         return gen
 
     def __call__(self, tensor: Tensor) -> Tensor:
+        return self._memo(tensor)
+
+    def _copy(self, tensor: Tensor) -> Tensor:
         value = tensor.detach()
         if self.sample is not None and value.numel() > self.sample:
             index = torch.randperm(

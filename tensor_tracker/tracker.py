@@ -43,7 +43,9 @@ def compile_pattern(pattern: Pattern, argument: str) -> re.Pattern[str] | None:
     try:
         return re.compile(pattern)
     except re.error as error:
-        raise ValueError(f"{argument}={pattern!r} is not a valid regular expression: {error}") from None
+        raise ValueError(
+            f"{argument}={pattern!r} is not a valid regular expression: {error}"
+        ) from None
 
 
 def _check_module(module: Any, argument: str = "module") -> None:
@@ -160,7 +162,9 @@ class Tracker:
                 + (f" (unknown: {sorted(unknown)})" if unknown else "")
             )
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ValueError(f"every= must be a positive int (record every N-th step), got {every!r}")
+            raise ValueError(
+                f"every= must be a positive int (record every N-th step), got {every!r}"
+            )
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes <= 0):
             raise ValueError(f"max_bytes= must be a positive int (bytes), got {max_bytes!r}")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -189,7 +193,9 @@ class Tracker:
         self._grad_handles: list[Any] = []
         self._attached = False
         self._prune_at = 1024
-        self._last_hooked: tuple[weakref.ref[Tensor], int, list[Callable[[Tensor], None]]] | None = None
+        self._last_hooked: (
+            tuple[weakref.ref[Tensor], int, list[Callable[[Tensor], None]]] | None
+        ) = None
 
     # -- registration ------------------------------------------------------------------
 
@@ -289,7 +295,9 @@ class Tracker:
             for attr, param in reg.params:
                 if param.requires_grad:
                     self._handles.append(
-                        param.register_post_accumulate_grad_hook(self._param_grad_hook(reg, attr))
+                        param.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
+                            self._param_grad_hook(reg, attr)
+                        )
                     )
 
     def _detach(self) -> None:
@@ -305,7 +313,9 @@ class Tracker:
     # -- hooks (hot path: no host synchronisation, little Python) -------------------------
 
     def _forward_hook(self, reg: _Registration) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        def hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+        ) -> None:
             training = module.training
             if self._train_only and not training:
                 return
@@ -327,7 +337,9 @@ class Tracker:
                 reg.calls = call + 1
             if self._inputs:
                 for index, value in enumerate(args):
-                    self._record_input(reg, reg.arg_name(index), value, args, kwargs, call, training)
+                    self._record_input(
+                        reg, reg.arg_name(index), value, args, kwargs, call, training
+                    )
                 for key, value in kwargs.items():
                     self._record_input(reg, key, value, args, kwargs, call, training)
             if self._params and reg.param_step != self._step_count:
@@ -422,7 +434,7 @@ class Tracker:
             for fn in callbacks:
                 fn(grad)
 
-        self._keep_grad_handle(tensor.register_hook(dispatch))
+        self._keep_grad_handle(tensor.register_hook(dispatch))  # type: ignore[no-untyped-call]
         self._last_hooked = (weakref.ref(tensor), tensor._version, callbacks)
 
     def _keep_grad_handle(self, handle: Any) -> None:
@@ -445,7 +457,9 @@ class Tracker:
         attr: str,
         training: bool,
     ) -> None:
-        event = Event(reg.name, reg.type, grad, value, args, kwargs, call, self._step, kind, attr, training)
+        event = Event(
+            reg.name, reg.type, grad, value, args, kwargs, call, self._step, kind, attr, training
+        )
         stash = self._stash_fn(event)
         if self._stamp and isinstance(stash, Stash):
             stash.call, stash.step, stash.kind, stash.attr = call, self._step, kind, attr
