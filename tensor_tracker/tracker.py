@@ -85,6 +85,31 @@ def _handle_is_dead(handle: Any) -> bool:
     return all(h.hooks_dict_ref() is None for h in handles)
 
 
+def _grad_target(tensor: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor] | None]:
+    """Where to hook for `tensor`'s gradient, and how to turn that gradient into it.
+
+    A hook on a view (e.g. `nn.Linear`'s output for a 3-D input) never fires if the view is
+    later modified in place (`h += x`): autograd replaces the view's node. A hook on its base
+    fires in both cases, with the gradient of the base as it was when hooked; the view's
+    gradient is that gradient seen through the view's size, strides and offset.
+    """
+    base = tensor._base if tensor._is_view() else None
+    if base is None or not base.requires_grad:
+        return tensor, None
+    size, stride = tensor.size(), tensor.stride()
+    offset = tensor.storage_offset() - base.storage_offset()
+    base_size, base_stride = base.size(), base.stride()
+
+    def to_view(grad: Tensor) -> Tensor:
+        if grad.stride() != base_stride:  # rare: lay the gradient out like the base
+            grad = torch.empty_strided(
+                base_size, base_stride, dtype=grad.dtype, device=grad.device
+            ).copy_(grad)
+        return grad.as_strided(size, stride, grad.storage_offset() + offset)
+
+    return base, to_view
+
+
 class _Registration:
     """One registered module and what its hooks need, resolved once at `register` time."""
 
@@ -415,10 +440,20 @@ class Tracker:
 
         if len(wanted) == 1:
             self._hook_tensor(tensors[wanted[0]], lambda grad: many((grad,)))
-        else:
-            self._keep_grad_handle(
-                torch.autograd.graph.register_multi_grad_hook([tensors[i] for i in wanted], many)
+            return
+        targets = [_grad_target(tensors[i]) for i in wanted]
+
+        def gather(grads: Sequence[Tensor | None]) -> None:
+            many(
+                [
+                    g if g is None or to_view is None else to_view(g)
+                    for g, (_, to_view) in zip(grads, targets)
+                ]
             )
+
+        self._keep_grad_handle(
+            torch.autograd.graph.register_multi_grad_hook([t for t, _ in targets], gather)
+        )
 
     def _hook_tensor(self, tensor: Tensor, callback: Callable[[Tensor], None]) -> None:
         """Call `callback` with `tensor`'s gradient. A parent module often returns its last
@@ -429,12 +464,15 @@ class Tracker:
             last[2].insert(0, callback)
             return
         callbacks = [callback]
+        target, to_view = _grad_target(tensor)
 
         def dispatch(grad: Tensor) -> None:
+            if to_view is not None:
+                grad = to_view(grad)
             for fn in callbacks:
                 fn(grad)
 
-        self._keep_grad_handle(tensor.register_hook(dispatch))  # type: ignore[no-untyped-call]
+        self._keep_grad_handle(target.register_hook(dispatch))  # type: ignore[no-untyped-call]
         self._last_hooked = (weakref.ref(tensor), tensor._version, callbacks)
 
     def _keep_grad_handle(self, handle: Any) -> None:

@@ -518,3 +518,63 @@ def test_to_frame_never_crashes_on_odd_values() -> None:
 def test_to_frame_of_empty_tracker() -> None:
     df = Tracker().to_frame()
     assert len(df) == 0 and "std" in df.columns
+
+
+# -- in-place operations on views (nn.Linear on 3-D inputs returns a view) ---------------
+
+
+class Child(nn.Module):
+    def __init__(self, returns: str) -> None:
+        super().__init__()
+        self.returns = returns
+        self.linear = nn.Linear(3, 5)
+
+    def forward(self, x: Tensor) -> Any:
+        h = self.linear(x)
+        if self.returns == "view":
+            return h  # x is 3-D, so h is a view of the matmul's 2-D result
+        if self.returns == "slice":
+            return h[..., 1:4]  # a view with a storage offset
+        return h[..., :2], h[..., 2:]
+
+
+class InplaceParent(nn.Module):
+    def __init__(self, returns: str) -> None:
+        super().__init__()
+        self.child = Child(returns)
+
+    def forward(self, x: Tensor) -> Any:
+        out = self.child(x)
+        if isinstance(out, tuple):
+            out[0].mul_(2)
+            out[1].mul_(5)
+            return out
+        out.mul_(3)
+        return out
+
+
+@pytest.mark.parametrize("returns", ["view", "slice"])
+def test_inplace_on_a_view_records_pre_modification_gradient(returns: str) -> None:
+    torch.manual_seed(0)
+    model = InplaceParent(returns)
+    x = torch.randn(2, 4, 3)
+    with track(model, include="^child$|^$") as t:
+        out = model(x)
+        weights = torch.randn(out.shape)
+        (out * weights).sum().backward()
+    grads = {s.name: s.value[0] for s in t if s.grad}
+    assert torch.allclose(grads[""], weights)
+    assert torch.allclose(grads["child"], 3 * weights)  # before mul_(3)
+    assert grads["child"].shape == out.shape
+
+
+def test_inplace_on_a_tuple_of_views() -> None:
+    torch.manual_seed(0)
+    model = InplaceParent("pair")
+    x = torch.randn(2, 4, 3)
+    w1, w2 = torch.randn(2, 4, 2), torch.randn(2, 4, 3)
+    with track(model, include="^child$") as t:
+        a, b = model(x)
+        ((a * w1).sum() + (b * w2).sum()).backward()
+    (grad,) = [s.value for s in t if s.grad]
+    assert torch.allclose(grad[0], 2 * w1) and torch.allclose(grad[1], 5 * w2)
