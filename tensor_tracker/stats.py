@@ -637,7 +637,7 @@ class _HistogramFn:
             and config.reject_sigma is None
             and lo == int(lo)
             and config.bins == hi - lo
-            and -126 <= lo
+            and lo >= -126
             and hi <= 127
         )
         self.binade_offset = int(_F32_BIAS + lo - 1) if binades else None
