@@ -39,9 +39,9 @@ def hf_trainer_callback(tracker: Tracker) -> Any:
         >>> with track(model, stats=True, every=10) as t:
         ...     Trainer(model, args, train_dataset=ds, callbacks=[hf_trainer_callback(t)]).train()
     """
-    transformers = require("transformers", "hf")
+    base: Any = require("transformers", "hf").TrainerCallback
 
-    class TensorTrackerCallback(transformers.TrainerCallback):  # type: ignore[misc]
+    class TensorTrackerCallback(base):  # type: ignore[misc]
         """Advances a tensor_tracker `Tracker` with the trainer's global step."""
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -63,11 +63,11 @@ def lightning_callback(tracker: Tracker) -> Any:
         ...     Trainer(max_steps=100, callbacks=[lightning_callback(t)]).fit(module, loader)
     """
     try:
-        pl = require("lightning.pytorch", "lightning")
+        base: Any = require("lightning.pytorch", "lightning").Callback
     except ImportError:
-        pl = require("pytorch_lightning", "lightning")
+        base = require("pytorch_lightning", "lightning").Callback
 
-    class TensorTrackerCallback(pl.Callback):  # type: ignore[misc]
+    class TensorTrackerCallback(base):  # type: ignore[misc]
         """Advances a tensor_tracker `Tracker` with the trainer's global step."""
 
         def __init__(self) -> None:
