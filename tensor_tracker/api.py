@@ -72,7 +72,9 @@ def track(
         - `device=None` keeps copies on the tensor's device; `dtype=torch.bfloat16` stores
           them in a smaller dtype; `sample=1000` keeps 1000 random elements (seeded by
           `seed`); `non_blocking=True` copies from a GPU to pinned memory asynchronously.
-        - `stash_value=fn` transforms each tensor yourself (e.g. `lambda t: t.abs().max()`);
+        - `stash_value=fn` transforms each tensor yourself, e.g.
+          `lambda t: t.detach().abs().max()` (it receives the live tensor: detach it, or the
+          stash keeps the autograd graph alive);
           `stash=fn` builds each `Stash` from its `Event` yourself.
         - `max_bytes=2**30` stops tracking with `MemoryBudgetError` (keeping the stashes)
           rather than filling memory.

@@ -109,7 +109,8 @@ StashFn = Callable[[Event], Stash]
 """Builds a `Stash` from an `Event`; pass one as `track(model, stash=...)`."""
 
 StashValueFn = Callable[[Tensor], Any]
-"""Transforms each stashed tensor; pass one as `track(model, stash_value=...)`."""
+"""Transforms each stashed tensor; pass one as `track(model, stash_value=...)`. It receives
+the live tensor (possibly requiring grad): return something detached."""
 
 
 def default_stash_value(tensor: Tensor) -> Tensor:
@@ -244,7 +245,7 @@ def get_stash_fn(
         ValueError: when both `stash` and `stash_value` are given.
 
     Example:
-        >>> fn = get_stash_fn(stash_value=lambda t: t.std())
+        >>> fn = get_stash_fn(stash_value=lambda t: t.detach().std())
     """
     if stash is not None and stash_value is not None:
         raise ValueError(

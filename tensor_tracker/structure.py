@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from torch import Tensor
@@ -19,8 +19,9 @@ def _is_namedtuple(value: Any) -> bool:
 def rmap_tensor(value: Any, fn: Callable[[Tensor], Any]) -> Any:
     """Apply `fn` to every tensor inside `value`, rebuilding the same containers.
 
-    Recurses through tuples (namedtuples included), lists, dicts (keys included; dict
-    subclasses such as `OrderedDict` or a Hugging Face `ModelOutput` keep their class) and
+    Recurses through tuples (namedtuples included), lists, dicts and other mappings (keys
+    included; `OrderedDict`, `UserDict`, a Hugging Face `ModelOutput` or `BatchEncoding`
+    keep their class) and
     dataclass instances (fields with `init=False` are set after construction). Anything else
     is returned unchanged.
 
@@ -45,16 +46,29 @@ def rmap_tensor(value: Any, fn: Callable[[Tensor], Any]) -> Any:
         return type(value)(items)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _rmap_dataclass(value, fn)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         items_ = [(rmap_tensor(k, fn), rmap_tensor(v, fn)) for k, v in value.items()]
         if type(value) is dict:
             return dict(items_)
-        # copy.copy keeps the subclass and its extra state (e.g. defaultdict's factory).
-        rebuilt = copy.copy(value)
-        rebuilt.clear()
-        rebuilt.update(items_)
-        return rebuilt
+        return _rebuild_mapping(value, items_)
     return value
+
+
+def _rebuild_mapping(value: Mapping[Any, Any], items: list[tuple[Any, Any]]) -> Any:
+    if isinstance(value, MutableMapping):
+        # copy.copy keeps the class and its extra state (defaultdict's factory, the
+        # encodings of a Hugging Face BatchEncoding, which is a UserDict).
+        try:
+            rebuilt = copy.copy(value)
+            rebuilt.clear()
+            rebuilt.update(items)
+            return rebuilt
+        except Exception:  # a class that refuses copying or clearing: try its constructor
+            pass
+    try:
+        return type(value)(items)
+    except Exception:
+        return dict(items)
 
 
 def _rmap_dataclass(value: Any, fn: Callable[[Tensor], Any]) -> Any:
@@ -85,7 +99,7 @@ def iter_tensors(value: Any) -> Iterator[Tensor]:
         for f in dataclasses.fields(value):
             if hasattr(value, f.name):
                 yield from iter_tensors(getattr(value, f.name))
-    elif isinstance(value, dict):
+    elif isinstance(value, Mapping):
         for k, v in value.items():
             yield from iter_tensors(k)
             yield from iter_tensors(v)

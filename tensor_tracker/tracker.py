@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 import torch
@@ -69,7 +69,7 @@ def _iter_leaves(value: Any) -> Iterator[Any]:
     if isinstance(value, (tuple, list)):
         for v in value:
             yield from _iter_leaves(v)
-    elif isinstance(value, dict):
+    elif isinstance(value, Mapping):
         for v in value.values():
             yield from _iter_leaves(v)
     elif hasattr(value, "__dataclass_fields__") and not isinstance(value, type):

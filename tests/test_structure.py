@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import types
 from typing import NamedTuple
 
 import torch
@@ -111,3 +112,13 @@ def test_default_stash_value_is_a_detached_cpu_copy() -> None:
     with torch.no_grad():
         x.add_(1)
     assert torch.equal(copy, torch.ones(3))
+
+
+def test_rmap_userdict_and_other_mappings_are_copied() -> None:
+    user = collections.UserDict(y=torch.tensor(1.0))
+    out = rmap_tensor(user, double)
+    assert type(out) is collections.UserDict and out["y"].item() == 2.0
+    assert user["y"].item() == 1.0  # the original is untouched
+    proxy = rmap_tensor(types.MappingProxyType({"y": torch.tensor(3.0)}), double)
+    assert proxy["y"].item() == 6.0
+    assert [t.item() for t in iter_tensors(collections.UserDict(a=torch.tensor(5.0)))] == [5.0]

@@ -578,3 +578,21 @@ def test_inplace_on_a_tuple_of_views() -> None:
         ((a * w1).sum() + (b * w2).sum()).backward()
     (grad,) = [s.value for s in t if s.grad]
     assert torch.allclose(grad[0], 2 * w1) and torch.allclose(grad[1], 5 * w2)
+
+
+def test_userdict_output_is_copied_and_gets_gradients() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x: Tensor) -> collections.UserDict[str, Tensor]:
+            return collections.UserDict(y=self.lin(x))
+
+    model = M()
+    with track(model, include="^$") as t:
+        out = model(torch.ones(1, 2))
+        out["y"].sum().backward()
+    assert [s.grad for s in t] == [False, True]
+    assert t[0].value is not out and not t[0].value["y"].requires_grad
+    assert torch.equal(t[1].value[0], torch.ones(1, 2))
