@@ -65,8 +65,9 @@ def _rebuild_mapping(value: Mapping[Any, Any], items: list[tuple[Any, Any]]) -> 
             return rebuilt
         except Exception:  # a class that refuses copying or clearing: try its constructor
             pass
+    factory: Any = type(value)
     try:
-        return type(value)(items)
+        return factory(items)
     except Exception:
         return dict(items)
 

@@ -1,0 +1,159 @@
+"""Choosing stashes for plots and viewers: what a user passed, which modules, steps and calls."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from torch import Tensor
+
+from .stash import Stash
+from .tracker import Tracker
+
+__all__ = [
+    "ROOT_LABEL",
+    "as_stashes",
+    "display_name",
+    "match_names",
+    "module_order",
+    "name_filter",
+    "select",
+    "stash_label",
+    "stash_tensor",
+]
+
+ROOT_LABEL = "<model>"
+"""How the root module (name `""`) is shown in plots and viewers."""
+
+
+def display_name(name: str) -> str:
+    """A module name for display: the root `""` becomes `"<model>"`."""
+    return name if name else ROOT_LABEL
+
+
+def as_stashes(source: Any, argument: str) -> list[Stash]:
+    """A list of stashes from a `Tracker`, a `Stash`, or an iterable of `Stash`.
+
+    Raises:
+        TypeError: `source` is something else (the error names `argument`).
+    """
+    if isinstance(source, Stash):
+        return [source]
+    if isinstance(source, Tracker):
+        return list(source)
+    if isinstance(source, (str, bytes, Tensor)) or not isinstance(source, Iterable):
+        raise TypeError(
+            f"{argument} must be a Tracker (from `with track(model) as t:`), a Stash, or a "
+            f"list of Stash; got {type(source).__name__}"
+        )
+    stashes = list(source)
+    bad = next((s for s in stashes if not isinstance(s, Stash)), None)
+    if bad is not None:
+        raise TypeError(
+            f"{argument} must hold Stash objects (e.g. list(tracker)), found a {type(bad).__name__}"
+        )
+    return stashes
+
+
+def stash_tensor(stash: Stash) -> Tensor | None:
+    """The stash's `first_value` if it is a tensor, else `None`."""
+    value = stash.first_value
+    return value if isinstance(value, Tensor) else None
+
+
+def stash_label(stash: Stash, *, call: bool = False, step: bool = False) -> str:
+    """A short label such as `"blocks.0 (fwd)"`, `"<model> (grad)"` or
+    `"0.linear input x (fwd, step 3, call 1)"`."""
+    what = display_name(stash.name)
+    if stash.kind != "output":
+        what += f" {stash.kind}" + (f" {stash.attr}" if stash.attr else "")
+    details = ["grad" if stash.grad else "fwd"]
+    if step:
+        details.append(f"step {stash.step}")
+    if call:
+        details.append(f"call {stash.call}")
+    return f"{what} ({', '.join(details)})"
+
+
+def match_names(names: Iterable[str], pattern: str) -> list[str]:
+    """The names that contain `pattern` or match it as a regular expression (`re.search`).
+
+    An invalid regular expression is used as a plain substring; `"<model>"` matches the root.
+    An empty pattern matches every name.
+    """
+    names = list(names)
+    if not pattern:
+        return names
+    try:
+        regex: re.Pattern[str] | None = re.compile(pattern)
+    except re.error:
+        regex = None
+    out = []
+    for name in names:
+        shown = display_name(name)
+        found = pattern in name or pattern in shown
+        if found or (regex is not None and (regex.search(name) or regex.search(shown))):
+            out.append(name)
+    return out
+
+
+def module_order(stashes: Iterable[Stash]) -> list[str]:
+    """Module names in the order of their first forward stash (execution order), then
+    modules seen only in gradients, in the order of their first gradient."""
+    forward: dict[str, None] = {}
+    backward: dict[str, None] = {}
+    for s in stashes:
+        (backward if s.grad else forward).setdefault(s.name, None)
+    return list(forward) + [n for n in backward if n not in forward]
+
+
+def name_filter(
+    names: str | re.Pattern[str] | Sequence[str] | None, argument: str = "names"
+) -> Callable[[str], bool] | None:
+    """A predicate on module names (`None` when `names` is `None`): `names` is a substring or
+    regular expression (see `match_names`), a compiled pattern, or a list of exact names
+    (`"<model>"` for the root).
+
+    Raises:
+        TypeError: a list entry is not a str (the error names `argument`).
+    """
+    if names is None:
+        return None
+    if isinstance(names, re.Pattern):
+        return lambda name: bool(names.search(name) or names.search(display_name(name)))
+    if isinstance(names, str):
+        return lambda name: name in match_names([name], names)
+    wanted = list(names)
+    bad = next((n for n in wanted if not isinstance(n, str)), None)
+    if bad is not None:
+        raise TypeError(f"{argument} must be module names (str), found {bad!r}")
+    exact = {"" if n == ROOT_LABEL else n for n in wanted}
+    return lambda name: name in exact
+
+
+def select(
+    stashes: Iterable[Stash],
+    *,
+    names: str | re.Pattern[str] | Sequence[str] | None = None,
+    grad: bool | None = None,
+    kind: str | None = "output",
+    step: int | None = None,
+    call: int | None = None,
+    argument: str = "names",
+) -> list[Stash]:
+    """The stashes that match every given criterion (`None` means any).
+
+    `names` is a substring or regular expression searched in module names, a compiled
+    pattern, or a list of exact names (`"<model>"` for the root).
+    """
+    keep = name_filter(names, argument)
+    return [
+        s
+        for s in stashes
+        if (grad is None or s.grad == grad)
+        and (kind is None or s.kind == kind)
+        and (step is None or s.step == step)
+        and (call is None or s.call == call)
+        and (keep is None or keep(s.name))
+    ]

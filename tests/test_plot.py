@@ -1,0 +1,629 @@
+"""tensor_tracker.plot: figures from full-tensor and stats= stashes, and their errors."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("matplotlib")
+
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection, PathCollection, QuadMesh
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from tensor_tracker import Stash, Tracker, plot, stats, track
+from tensor_tracker.formats import FORMATS
+from tensor_tracker.models import TinyTransformer, copy_task_batch
+
+# -- fixtures ---------------------------------------------------------------------------
+
+
+def tiny_model() -> TinyTransformer:
+    torch.manual_seed(0)
+    return TinyTransformer(vocab=16, d_model=16, n_layers=2)
+
+
+def batch(size: int = 2, seq: int = 8) -> torch.Tensor:
+    tokens, _ = copy_task_batch(size, seq, 16, torch.Generator().manual_seed(0))
+    return tokens
+
+
+def run(
+    model: nn.Module, tracker: Tracker, steps: int = 1, tokens: torch.Tensor | None = None
+) -> None:
+    tokens = batch() if tokens is None else tokens
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tracker:
+        for _ in range(steps):
+            model(tokens).float().pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            tracker.step()
+
+
+@pytest.fixture(scope="module")
+def full() -> Tracker:
+    model = tiny_model()
+    tracker = track(model)
+    run(model, tracker)
+    return tracker
+
+
+@pytest.fixture(scope="module")
+def with_stats() -> Tracker:
+    model = tiny_model()
+    tracker = track(model, stats=True)
+    run(model, tracker)
+    return tracker
+
+
+@pytest.fixture(scope="module")
+def hist_steps() -> Tracker:
+    model = tiny_model()
+    tracker = track(model, stats=["rms", "abs_max", stats.histogram()])
+    run(model, tracker, steps=3)
+    return tracker
+
+
+@pytest.fixture(scope="module")
+def full_steps() -> Tracker:
+    model = tiny_model()
+    tracker = track(model)
+    run(model, tracker, steps=3)
+    return tracker
+
+
+def stash(value: object, name: str = "x", grad: bool = False, **kw: object) -> Stash:
+    return Stash(name, nn.Identity, grad, value, **kw)
+
+
+def bar_counts(fig: Figure, i: int = 0) -> list[float]:
+    return [float(v) for v in fig.axes[0].patches[i].get_data().values]
+
+
+def legend_texts(ax: Axes) -> list[str]:
+    legend = ax.get_legend()
+    assert legend is not None
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def limit_lines(ax: Axes) -> dict[str, float]:
+    return {
+        line.get_gid(): float(line.get_ydata()[0])
+        for line in ax.get_lines()
+        if (line.get_gid() or "").startswith("limit:")
+    }
+
+
+def series(ax: Axes, label: str) -> Line2D:
+    return next(line for line in ax.get_lines() if line.get_label() == label)
+
+
+def find(tracker: Tracker, name: str, grad: bool = False, step: int | None = None) -> Stash:
+    return next(
+        s
+        for s in tracker
+        if s.name == name and s.grad == grad and s.kind == "output" and step in (None, s.step)
+    )
+
+
+# -- import ------------------------------------------------------------------------------
+
+
+def test_importing_plot_and_widgets_does_not_import_matplotlib_or_ipywidgets() -> None:
+    code = (
+        "import sys, tensor_tracker.plot, tensor_tracker.widgets; "
+        "print(sorted(m for m in ('matplotlib', 'ipywidgets', 'umap', 'pandas') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# -- histogram ---------------------------------------------------------------------------
+
+
+def test_histogram_of_one_stash_has_the_requested_bins(full: Tracker) -> None:
+    s = find(full, "blocks.0")
+    fig = plot.histogram(s, bins=16)
+    assert isinstance(fig, Figure)
+    assert len(fig.axes[0].patches) == 1
+    counts = bar_counts(fig)
+    assert len(counts) == 16
+    assert sum(counts) == s.first_value.numel()
+
+
+def test_histogram_overlays_one_series_per_stash_with_legend(full: Tracker) -> None:
+    a, b = find(full, "blocks.0"), find(full, "blocks.1", grad=True)
+    fig = plot.histogram([a, b], bins=8)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 2
+    assert legend_texts(ax) == [
+        f"blocks.0 (fwd): {a.first_value.numel():,} values",
+        f"blocks.1 (grad): {b.first_value.numel():,} values",
+    ]
+
+
+def test_histogram_shares_bins_across_series() -> None:
+    fig = plot.histogram([stash(torch.tensor([0.0, 1.0])), stash(torch.tensor([3.0, 4.0]))], bins=4)
+    edges = [p.get_data().edges.tolist() for p in fig.axes[0].patches]
+    assert edges[0] == edges[1] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_histogram_accepts_a_tensor() -> None:
+    fig = plot.histogram(torch.arange(8.0), bins=4)
+    assert bar_counts(fig) == [2.0, 2.0, 2.0, 2.0]
+
+
+def test_histogram_log2_bins_log2_of_magnitudes() -> None:
+    fig = plot.histogram(torch.tensor([0.25, 4.0, -4.0]), bins=4, log2=True)
+    assert bar_counts(fig) == [1.0, 0.0, 0.0, 2.0]
+    assert fig.axes[0].get_xlabel() == "log2|value|"
+    assert fig.axes[0].patches[0].get_data().edges.tolist() == [-2.0, -1.0, 0.0, 1.0, 2.0]
+
+
+def test_histogram_log2_legend_counts_zeros_and_nonfinite() -> None:
+    x = torch.tensor([0.0, 0.0, 1.0, 2.0, math.nan, math.inf])
+    fig = plot.histogram(stash(x, "0.linear"), log2=True)
+    assert legend_texts(fig.axes[0]) == ["0.linear (fwd): 2 values; not shown: 2 zeros, 2 NaN/Inf"]
+
+
+def test_histogram_linear_shows_zeros_but_counts_nonfinite() -> None:
+    x = torch.tensor([0.0, 0.0, 1.0, -math.inf])
+    fig = plot.histogram(stash(x), bins=2)
+    assert sum(bar_counts(fig)) == 3
+    assert legend_texts(fig.axes[0]) == ["x (fwd): 3 values; not shown: 1 NaN/Inf"]
+
+
+def test_histogram_range_counts_values_outside() -> None:
+    fig = plot.histogram(torch.tensor([-5.0, 0.5, 1.5, 9.0]), bins=2, range=(0.0, 2.0))
+    assert bar_counts(fig) == [1.0, 1.0]
+    assert "2 outside range" in legend_texts(fig.axes[0])[0]
+
+
+def test_histogram_of_integer_tensor_bins_as_float() -> None:
+    fig = plot.histogram(stash(torch.arange(10)), bins=5)
+    assert bar_counts(fig) == [2.0] * 5
+
+
+def test_histogram_of_bool_tensor() -> None:
+    fig = plot.histogram(torch.tensor([True, False, True]), bins=2)
+    assert bar_counts(fig) == [1.0, 2.0]
+
+
+def test_histogram_of_single_element_draws_one_bar() -> None:
+    fig = plot.histogram(stash(torch.tensor([3.0])), bins=8)
+    counts = bar_counts(fig)
+    assert sum(counts) == 1
+    assert sum(c > 0 for c in counts) == 1
+
+
+def test_histogram_of_nan_only_tensor_raises() -> None:
+    with pytest.raises(ValueError, match=r"no finite values.*2 NaN/Inf"):
+        plot.histogram(stash(torch.tensor([math.nan, math.inf])))
+
+
+def test_histogram_log2_of_zeros_only_raises_and_suggests_linear() -> None:
+    with pytest.raises(ValueError, match="log2=False"):
+        plot.histogram(torch.zeros(4), log2=True)
+
+
+def test_histogram_of_empty_list_raises() -> None:
+    with pytest.raises(ValueError, match="no stashes"):
+        plot.histogram([])
+
+
+def test_histogram_rejects_other_types() -> None:
+    with pytest.raises(TypeError, match="stashes must be"):
+        plot.histogram("blocks.0")
+
+
+def test_histogram_of_stash_without_tensor_raises() -> None:
+    with pytest.raises(TypeError, match="holds a NoneType, not a tensor"):
+        plot.histogram(stash((None,), grad=True))
+
+
+def test_histogram_labels_must_match_stashes(full: Tracker) -> None:
+    with pytest.raises(ValueError, match="labels has 1 entries for 2 stashes"):
+        plot.histogram([full[0], full[1]], labels=["one"])
+
+
+def test_histogram_custom_labels_are_used(full: Tracker) -> None:
+    fig = plot.histogram(full[0], labels=["mine"])
+    assert legend_texts(fig.axes[0])[0].startswith("mine: ")
+    assert fig.axes[0].get_title() == "mine"
+
+
+def test_histogram_rejects_bad_bins_and_range() -> None:
+    with pytest.raises(ValueError, match="bins"):
+        plot.histogram(torch.ones(3), bins=0)
+    with pytest.raises(ValueError, match="range"):
+        plot.histogram(torch.ones(3), range=(2.0, 1.0))
+
+
+def test_histogram_draws_into_given_axes() -> None:
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert plot.histogram(torch.randn(10), ax=ax) is fig
+    assert len(ax.patches) == 1
+
+
+def test_histogram_draws_recorded_histogram_statistic(hist_steps: Tracker) -> None:
+    s = find(hist_steps, "blocks.0", step=1)
+    fig = plot.histogram(s)
+    recorded = s.first_value
+    assert bar_counts(fig) == recorded["hist"].tolist()
+    edges = fig.axes[0].patches[0].get_data().edges.tolist()
+    assert edges == list(recorded.edges("hist"))
+    assert fig.axes[0].get_xlabel() == "log2|value|"
+
+
+def test_histogram_of_stats_without_histogram_says_how_to_record_one(with_stats: Tracker) -> None:
+    with pytest.raises(ValueError, match=r"stats\.histogram\(\)"):
+        plot.histogram(with_stats[0])
+
+
+# -- scale_plot --------------------------------------------------------------------------
+
+
+def test_scale_plot_ticks_are_modules_in_execution_order(full: Tracker) -> None:
+    ax = plot.scale_plot(full).axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks[:3] == ["embed", "pos", "blocks.0.norm1"]
+    assert ticks[-1] == "<model>"
+    assert len(ticks) == len({s.name for s in full})
+
+
+def test_scale_plot_plots_log2_rms_of_forward_and_gradient(full: Tracker) -> None:
+    ax = plot.scale_plot(full).axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    i = ticks.index("blocks.1")
+    fwd = find(full, "blocks.1").first_value
+    grad = find(full, "blocks.1", grad=True).first_value
+    assert series(ax, "forward").get_ydata()[i] == pytest.approx(
+        math.log2(fwd.pow(2).mean().sqrt())
+    )
+    assert series(ax, "gradient").get_ydata()[i] == pytest.approx(
+        math.log2(grad.pow(2).mean().sqrt())
+    )
+
+
+def test_scale_plot_draws_format_limits_at_log2(full: Tracker) -> None:
+    lines = limit_lines(plot.scale_plot(full).axes[0])
+    expected = {
+        f"limit:{key}:{which}": math.log2(getattr(fmt, which))
+        for key, fmt in FORMATS.items()
+        for which in ("max", "min_normal", "min_subnormal")
+    }
+    assert lines == pytest.approx(expected)
+
+
+def test_scale_plot_legend_names_series_and_formats(full: Tracker) -> None:
+    texts = legend_texts(plot.scale_plot(full).axes[0])
+    assert texts[:2] == ["forward", "gradient"]
+    for fmt in FORMATS.values():
+        assert any(t.startswith(fmt.label + " (") for t in texts)
+
+
+def test_scale_plot_formats_choose_reference_lines(full: Tracker) -> None:
+    ax = plot.scale_plot(full, formats=["fp16"]).axes[0]
+    assert set(limit_lines(ax)) == {
+        "limit:fp16:max",
+        "limit:fp16:min_normal",
+        "limit:fp16:min_subnormal",
+    }
+    assert limit_lines(plot.scale_plot(full, formats=()).axes[0]) == {}
+
+
+def test_scale_plot_from_stats_matches_full_tensors(full: Tracker, with_stats: Tracker) -> None:
+    a = plot.scale_plot(full).axes[0]
+    b = plot.scale_plot(with_stats).axes[0]
+    assert [t.get_text() for t in a.get_xticklabels()] == [
+        t.get_text() for t in b.get_xticklabels()
+    ]
+    for label in ("forward", "gradient"):
+        ya, yb = series(a, label).get_ydata(), series(b, label).get_ydata()
+        assert list(yb) == pytest.approx(list(ya), rel=1e-5)
+
+
+def test_scale_plot_other_statistic(with_stats: Tracker) -> None:
+    ax = plot.scale_plot(with_stats, stat="abs_max").axes[0]
+    assert ax.get_ylabel() == "log2(abs_max)"
+    i = [t.get_text() for t in ax.get_xticklabels()].index("blocks.0")
+    expected = find(with_stats, "blocks.0").first_value["abs_max"].item()
+    assert series(ax, "forward").get_ydata()[i] == pytest.approx(math.log2(expected))
+
+
+def test_scale_plot_averages_calls_of_the_step() -> None:
+    stashes = [
+        stash(torch.full((4,), 2.0), "a", call=0),
+        stash(torch.full((4,), 6.0), "a", call=1),
+        stash(torch.full((4,), 1.0), "b"),
+    ]
+    ax = plot.scale_plot(stashes).axes[0]
+    assert list(series(ax, "forward").get_ydata()) == pytest.approx([math.log2(4.0), 0.0])
+    assert "mean over calls" in ax.get_title()
+
+
+def test_scale_plot_shows_last_step_unless_told(full_steps: Tracker) -> None:
+    assert "step 2" in plot.scale_plot(full_steps).axes[0].get_title()
+    ax = plot.scale_plot(full_steps, step=0).axes[0]
+    assert "step 0" in ax.get_title()
+    i = [t.get_text() for t in ax.get_xticklabels()].index("blocks.0")
+    x0 = find(full_steps, "blocks.0", step=0).first_value
+    assert series(ax, "forward").get_ydata()[i] == pytest.approx(math.log2(x0.pow(2).mean().sqrt()))
+
+
+def test_scale_plot_without_gradients_has_one_series() -> None:
+    model = tiny_model()
+    tracker = track(model, grad=False)
+    with tracker:
+        model(batch())
+    texts = legend_texts(plot.scale_plot(tracker).axes[0])
+    assert "forward" in texts
+    assert "gradient" not in texts
+
+
+def test_scale_plot_unknown_statistic_raises(full: Tracker) -> None:
+    with pytest.raises(ValueError, match="stat='nope'"):
+        plot.scale_plot(full, stat="nope")
+
+
+def test_scale_plot_unrecorded_statistic_lists_recorded(with_stats: Tracker) -> None:
+    with pytest.raises(ValueError, match=r"stat='zero_frac' was not recorded.*'rms'"):
+        plot.scale_plot(with_stats, stat="zero_frac")
+
+
+def test_scale_plot_empty_tracker_raises() -> None:
+    with pytest.raises(ValueError, match="no stashes"):
+        plot.scale_plot(Tracker())
+
+
+def test_scale_plot_missing_kind_or_step_raises(full: Tracker) -> None:
+    with pytest.raises(ValueError, match="kind='param'"):
+        plot.scale_plot(full, kind="param")
+    with pytest.raises(ValueError, match=r"step=7.*recorded steps: \[0\]"):
+        plot.scale_plot(full, step=7)
+
+
+def test_scale_plot_all_zero_values_raise() -> None:
+    with pytest.raises(ValueError, match="zero, NaN or infinite"):
+        plot.scale_plot([stash(torch.zeros(3))])
+
+
+# -- umap_plot ---------------------------------------------------------------------------
+
+
+def paths(ax: Axes) -> LineCollection:
+    return next(c for c in ax.collections if isinstance(c, LineCollection))
+
+
+def points(ax: Axes) -> PathCollection:
+    return next(c for c in ax.collections if isinstance(c, PathCollection))
+
+
+def test_umap_plot_pca_draws_token_paths_through_default_layers(full: Tracker) -> None:
+    fig = plot.umap_plot(full, method="pca")
+    ax, bar = fig.axes
+    tokens = 2 * 8
+    assert len(paths(ax).get_segments()) == tokens * 1
+    assert len(points(ax).get_offsets()) == tokens * 2
+    assert [t.get_text() for t in bar.get_yticklabels()] == ["blocks.0", "blocks.1"]
+    assert ax.get_xlabel() == "PC 1"
+
+
+def test_umap_plot_points_are_the_principal_components(full: Tracker) -> None:
+    fig = plot.umap_plot(full, method="pca", tokens=range(5))
+    x = torch.cat([find(full, n).first_value.reshape(-1, 16)[:5] for n in ("blocks.0", "blocks.1")])
+    x = x.double() - x.double().mean(0)
+    _, s, _ = torch.linalg.svd(x, full_matrices=False)
+    got = torch.as_tensor(points(fig.axes[0]).get_offsets(), dtype=torch.float64)
+    # The embedding keeps the variance along the first two principal axes.
+    assert got.pow(2).sum(0).tolist() == pytest.approx(s[:2].pow(2).tolist(), rel=1e-6)
+
+
+def test_umap_plot_takes_at_most_max_tokens_by_default() -> None:
+    model = tiny_model()
+    tracker = track(model, include=r"blocks\.\d+$")
+    run(model, tracker, tokens=batch(10, 8))
+    ax = plot.umap_plot(tracker, method="pca").axes[0]
+    assert len(points(ax).get_offsets()) == 2 * plot.MAX_TOKENS
+    assert f"{plot.MAX_TOKENS} tokens" in ax.get_title()
+
+
+def test_umap_plot_token_subset_and_labels(full: Tracker) -> None:
+    ax = plot.umap_plot(full, method="pca", tokens=[3, 1], token_labels=["a", "b"]).axes[0]
+    assert len(points(ax).get_offsets()) == 4
+    assert sorted(t.get_text() for t in ax.texts) == ["a", "b"]
+
+
+def test_umap_plot_token_labels_per_row_are_indexed(full: Tracker) -> None:
+    labels = [f"t{i}" for i in range(16)]
+    ax = plot.umap_plot(full, method="pca", tokens=range(2, 4), token_labels=labels).axes[0]
+    assert sorted(t.get_text() for t in ax.texts) == ["t2", "t3"]
+
+
+def test_umap_plot_explicit_layers_in_given_order(full: Tracker) -> None:
+    fig = plot.umap_plot(full, method="pca", layers=["blocks.1", "blocks.0", "norm"])
+    labels = [t.get_text() for t in fig.axes[-1].get_yticklabels()]
+    assert labels == ["blocks.1", "blocks.0", "norm"]
+    assert len(paths(fig.axes[0]).get_segments()) == 16 * 2
+
+
+def test_umap_plot_both_draws_activations_and_gradients(full: Tracker) -> None:
+    fig = plot.umap_plot(full, method="pca", grad="both")
+    assert len(fig.axes) == 3
+    assert "activations" in fig.axes[0].get_title()
+    assert "gradients" in fig.axes[1].get_title()
+
+
+def test_umap_plot_is_deterministic(full: Tracker) -> None:
+    a = points(plot.umap_plot(full, method="pca").axes[0]).get_offsets()
+    b = points(plot.umap_plot(full, method="pca").axes[0]).get_offsets()
+    assert a.tolist() == b.tolist()
+
+
+def test_umap_plot_with_umap_learn(full: Tracker) -> None:
+    pytest.importorskip("umap")
+    model = tiny_model()
+    tracker = track(model, include=r"blocks\.\d+$", grad=False)
+    with tracker:
+        model(batch(3, 10))
+    fig = plot.umap_plot(tracker, method="umap", seed=1)
+    assert len(points(fig.axes[0]).get_offsets()) == 2 * 30
+    assert fig.axes[0].get_xlabel() == "UMAP 1"
+
+
+def test_umap_plot_layers_with_different_feature_sizes_raise(full: Tracker) -> None:
+    with pytest.raises(ValueError, match=r"feature sizes differ.*'blocks.0.attn.qkv': 48"):
+        plot.umap_plot(full, method="pca", layers=["blocks.0", "blocks.0.attn.qkv"])
+
+
+def test_umap_plot_needs_two_layers(full: Tracker) -> None:
+    with pytest.raises(ValueError, match="at least 2 layers"):
+        plot.umap_plot(full, method="pca", layers=["blocks.0"])
+
+
+def test_umap_plot_umap_needs_enough_points(full: Tracker) -> None:
+    with pytest.raises(ValueError, match="at least 5 points"):
+        plot.umap_plot(full, method="umap", tokens=[0, 1])
+
+
+def test_umap_plot_rejects_out_of_range_tokens(full: Tracker) -> None:
+    with pytest.raises(ValueError, match=r"index 99 is out of range.*16 tokens"):
+        plot.umap_plot(full, method="pca", tokens=[0, 99])
+
+
+def test_umap_plot_rejects_nonfinite_values() -> None:
+    stashes = [stash(torch.randn(4, 3), "0"), stash(torch.full((4, 3), math.nan), "1")]
+    with pytest.raises(ValueError, match=r"\['1'\] hold NaN or inf"):
+        plot.umap_plot(stashes, method="pca")
+
+
+def test_umap_plot_needs_full_tensors(with_stats: Tracker) -> None:
+    with pytest.raises(ValueError, match=r"'blocks.0' holds statistics.*without stats="):
+        plot.umap_plot(with_stats, method="pca", layers=["blocks.0", "blocks.1"])
+    with pytest.raises(ValueError, match="could not find 2 or more layers"):
+        plot.umap_plot(with_stats, method="pca")
+
+
+def test_umap_plot_rejects_unknown_method(full: Tracker) -> None:
+    with pytest.raises(ValueError, match="method must be one of"):
+        plot.umap_plot(full, method="tsne")
+
+
+# -- history -----------------------------------------------------------------------------
+
+
+def test_history_draws_one_line_per_module_over_steps(hist_steps: Tracker) -> None:
+    ax = plot.history(hist_steps, names=r"blocks\.\d+$").axes[0]
+    line = series(ax, "blocks.1")
+    assert list(line.get_xdata()) == [0, 1, 2]
+    expected = [
+        math.log2(find(hist_steps, "blocks.1", step=k).first_value["rms"].item()) for k in range(3)
+    ]
+    assert list(line.get_ydata()) == pytest.approx(expected)
+    assert legend_texts(ax)[:2] == ["blocks.0", "blocks.1"]
+
+
+def test_history_from_frame_matches_tracker(hist_steps: Tracker) -> None:
+    pytest.importorskip("pandas")
+    a = plot.history(hist_steps, names=["blocks.0"], grad=True).axes[0]
+    b = plot.history(hist_steps.to_frame(), names=["blocks.0"], grad=True).axes[0]
+    assert list(series(b, "blocks.0").get_ydata()) == pytest.approx(
+        list(series(a, "blocks.0").get_ydata())
+    )
+
+
+def test_history_from_full_tensors_computes_the_statistic(full_steps: Tracker) -> None:
+    ax = plot.history(full_steps, stat="abs_max", names=["<model>"]).axes[0]
+    expected = [
+        math.log2(find(full_steps, "", step=k).first_value.abs().max().item()) for k in range(3)
+    ]
+    assert list(series(ax, "<model>").get_ydata()) == pytest.approx(expected)
+
+
+def test_history_draws_format_limits(hist_steps: Tracker) -> None:
+    lines = limit_lines(plot.history(hist_steps, names=["blocks.0"], formats=["bf16"]).axes[0])
+    assert lines["limit:bf16:max"] == pytest.approx(math.log2(FORMATS["bf16"].max))
+    assert len(lines) == 3
+
+
+def test_history_names_matching_nothing_raise(hist_steps: Tracker) -> None:
+    with pytest.raises(
+        ValueError, match=r"no forward output stashes match names='nothing'.*blocks.0"
+    ):
+        plot.history(hist_steps, names="nothing")
+
+
+def test_history_frame_without_stat_column_raises(hist_steps: Tracker) -> None:
+    pytest.importorskip("pandas")
+    with pytest.raises(ValueError, match=r"stat='std' is not a column.*'rms'"):
+        plot.history(hist_steps.to_frame(), stat="std")
+
+
+# -- histogram_heatmap -------------------------------------------------------------------
+
+
+def mesh(ax: Axes) -> QuadMesh:
+    return next(c for c in ax.collections if isinstance(c, QuadMesh))
+
+
+def test_histogram_heatmap_from_recorded_histograms(hist_steps: Tracker) -> None:
+    ax = plot.histogram_heatmap(hist_steps, "blocks.0", grad=True).axes[0]
+    counts = mesh(ax).get_array()
+    recorded = find(hist_steps, "blocks.0", grad=True, step=2).first_value
+    edges = recorded.edges("hist")
+    assert counts.shape == (len(edges) - 1, 3)
+    assert counts.filled(0)[:, 2].tolist() == recorded["hist"].tolist()
+    assert ax.get_ylabel() == "log2|value|"
+    assert ax.get_ylim() == (edges[0], edges[-1])
+
+
+def test_histogram_heatmap_bins_full_tensors_per_step(full_steps: Tracker) -> None:
+    ax = plot.histogram_heatmap(full_steps, "blocks.1", bins=10).axes[0]
+    counts = mesh(ax).get_array().filled(0)
+    assert counts.shape == (10, 3)
+    for k in range(3):
+        x = find(full_steps, "blocks.1", step=k).first_value
+        assert counts[:, k].sum() == (x != 0).sum().item()
+
+
+def test_histogram_heatmap_without_histogram_statistic_raises(with_stats: Tracker) -> None:
+    with pytest.raises(ValueError, match=r"stats\.histogram\(\)"):
+        plot.histogram_heatmap(with_stats, "blocks.0")
+
+
+def test_histogram_heatmap_unknown_module_raises(full_steps: Tracker) -> None:
+    with pytest.raises(ValueError, match=r"no stash matches name='blocks.9'"):
+        plot.histogram_heatmap(full_steps, "blocks.9")
+
+
+# -- no global state ---------------------------------------------------------------------
+
+
+def test_plots_do_not_use_pyplot() -> None:
+    code = (
+        "import sys, torch; from tensor_tracker import plot; "
+        "plot.histogram(torch.randn(10)); plot.scale_plot([]) if False else None; "
+        "print('matplotlib.pyplot' in sys.modules, 'matplotlib' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+def test_returned_figure_displays_in_ipython_without_a_backend() -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        fig = plot.histogram(torch.randn(100))
+        data, _ = shell.display_formatter.format(fig)
+        assert data["image/png"][:4] == b"\x89PNG"
+    finally:
+        InteractiveShell.clear_instance()

@@ -1,0 +1,317 @@
+"""tensor_tracker.widgets: viewers driven from Python, headless."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("matplotlib")
+
+import ipywidgets
+
+from tensor_tracker import Stash, Tracker, stats, track, widgets
+from tensor_tracker.models import TinyTransformer, copy_task_batch
+
+
+def tiny_model() -> TinyTransformer:
+    torch.manual_seed(0)
+    return TinyTransformer(vocab=16, d_model=16, n_layers=2)
+
+
+def run(model: nn.Module, tracker: Tracker, steps: int = 1) -> Tracker:
+    tokens, _ = copy_task_batch(2, 8, 16, torch.Generator().manual_seed(0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tracker:
+        for _ in range(steps):
+            model(tokens).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            tracker.step()
+    return tracker
+
+
+@pytest.fixture(scope="module")
+def full() -> Tracker:
+    model = tiny_model()
+    return run(model, track(model))
+
+
+@pytest.fixture(scope="module")
+def full_steps() -> Tracker:
+    model = tiny_model()
+    return run(model, track(model), steps=3)
+
+
+@pytest.fixture(scope="module")
+def hist_steps() -> Tracker:
+    model = tiny_model()
+    return run(model, track(model, stats=["rms", "abs_max", stats.histogram()]), steps=3)
+
+
+@pytest.fixture(scope="module")
+def with_stats() -> Tracker:
+    model = tiny_model()
+    return run(model, track(model, stats=True), steps=2)
+
+
+def stash(value: object, name: str = "x", grad: bool = False) -> Stash:
+    return Stash(name, nn.Identity, grad, value)
+
+
+def title(viewer: Any, figure: str = "figure") -> str:
+    fig = getattr(viewer, figure)
+    assert fig is not None, viewer.message.value
+    return str(fig.axes[0].get_title())
+
+
+def shows_message(viewer: Any, text: str) -> bool:
+    return viewer.figure is None and text in viewer.message.value
+
+
+# -- histogram_viewer --------------------------------------------------------------------
+
+
+def test_histogram_viewer_is_a_widget_showing_the_first_module(full: Tracker) -> None:
+    v = widgets.histogram_viewer(full)
+    assert isinstance(v, ipywidgets.Widget)
+    assert title(v) == "embed (fwd, step 0, call 0)"
+    assert v.message.value == ""
+    assert len(v.image.value) > 0
+
+
+def test_histogram_viewer_filter_narrows_modules_and_redraws(full: Tracker) -> None:
+    v = widgets.histogram_viewer(full)
+    v.controls["filter"].value = r"mlp\.down"
+    assert [value for _, value in v.controls["module"].options] == [
+        "blocks.0.mlp.down",
+        "blocks.1.mlp.down",
+    ]
+    assert title(v) == "blocks.0.mlp.down (fwd, step 0, call 0)"
+
+
+def test_histogram_viewer_filter_prefers_exact_name(full: Tracker) -> None:
+    v = widgets.histogram_viewer(full)
+    v.controls["filter"].value = "blocks.1"
+    assert v.controls["module"].value == "blocks.1"
+    assert title(v).startswith("blocks.1 (fwd")
+
+
+def test_histogram_viewer_filter_matching_nothing_shows_message(full: Tracker) -> None:
+    v = widgets.histogram_viewer(full)
+    v.controls["filter"].value = "no-such-module"
+    assert shows_message(v, "No module matches the filter")
+    v.controls["filter"].value = ""
+    assert title(v) == "embed (fwd, step 0, call 0)"
+
+
+def test_histogram_viewer_module_dropdown_redraws(full: Tracker) -> None:
+    v = widgets.histogram_viewer(full)
+    v.controls["module"].value = ""
+    assert title(v) == "<model> (fwd, step 0, call 0)"
+
+
+def test_histogram_viewer_gradient_toggle(full: Tracker) -> None:
+    v = widgets.histogram_viewer(full)
+    v.controls["module"].value = "blocks.0"
+    v.controls["grad"].value = True
+    assert title(v) == "blocks.0 (grad, step 0, call 0)"
+
+
+def test_histogram_viewer_log2_toggle_changes_axis(full: Tracker) -> None:
+    v = widgets.histogram_viewer(full)
+    assert v.figure.axes[0].get_xlabel() == "value"
+    v.controls["log2"].value = True
+    assert v.figure.axes[0].get_xlabel() == "log2|value|"
+
+
+def test_histogram_viewer_bins_slider(full: Tracker) -> None:
+    v = widgets.histogram_viewer(full)
+    v.controls["bins"].value = 7
+    assert len(v.figure.axes[0].patches[0].get_data().values) == 7
+
+
+def test_histogram_viewer_step_selector(full_steps: Tracker) -> None:
+    v = widgets.histogram_viewer(full_steps)
+    assert list(v.controls["step"].options) == [0, 1, 2]
+    v.controls["step"].value = 2
+    assert title(v) == "embed (fwd, step 2, call 0)"
+
+
+def test_histogram_viewer_without_gradients_says_how_to_record_them() -> None:
+    model = tiny_model()
+    tracker = track(model, grad=False)
+    with tracker:
+        model(torch.zeros(1, 4, dtype=torch.long))
+    v = widgets.histogram_viewer(tracker)
+    v.controls["grad"].value = True
+    assert shows_message(v, "grad=True")
+
+
+def test_histogram_viewer_empty_tracker_shows_message() -> None:
+    v = widgets.histogram_viewer(Tracker())
+    assert v.figure is None
+    assert "holds no stashes" in v.message.value
+    assert v.controls == {}
+
+
+def test_histogram_viewer_nan_only_tensor_shows_message() -> None:
+    v = widgets.histogram_viewer([stash(torch.tensor([math.nan, math.inf]))])
+    assert shows_message(v, "no finite values")
+
+
+def test_histogram_viewer_integer_and_single_element_tensors() -> None:
+    v = widgets.histogram_viewer(
+        [stash(torch.arange(6), "ints"), stash(torch.tensor([2.5]), "one")]
+    )
+    assert sum(v.figure.axes[0].patches[0].get_data().values) == 6
+    v.controls["module"].value = "one"
+    counts = v.figure.axes[0].patches[0].get_data().values
+    assert sum(counts) == 1 and sum(c > 0 for c in counts) == 1
+
+
+def test_histogram_viewer_recorded_histograms_fix_bins(hist_steps: Tracker) -> None:
+    v = widgets.histogram_viewer(hist_steps)
+    v.controls["module"].value = "blocks.0"
+    assert v.controls["bins"].disabled and v.controls["log2"].disabled
+    assert v.figure.axes[0].get_xlabel() == "log2|value|"
+
+
+def test_histogram_viewer_stats_without_histogram_shows_message(with_stats: Tracker) -> None:
+    v = widgets.histogram_viewer(with_stats)
+    assert shows_message(v, "stats.histogram()")
+
+
+# -- scale_viewer ------------------------------------------------------------------------
+
+
+def test_scale_viewer_statistic_dropdown_redraws(with_stats: Tracker) -> None:
+    v = widgets.scale_viewer(with_stats)
+    assert list(v.controls["stat"].options) == [
+        "mean",
+        "std",
+        "rms",
+        "abs_max",
+        "min",
+        "max",
+        "numel",
+    ]
+    assert v.figure.axes[0].get_ylabel() == "log2(rms)"
+    v.controls["stat"].value = "abs_max"
+    assert v.figure.axes[0].get_ylabel() == "log2(abs_max)"
+
+
+def test_scale_viewer_step_dropdown_redraws(with_stats: Tracker) -> None:
+    v = widgets.scale_viewer(with_stats)
+    assert "step 1" in title(v)
+    v.controls["step"].value = 0
+    assert "step 0" in title(v)
+
+
+def test_scale_viewer_offers_builtin_statistics_for_tensors(full: Tracker) -> None:
+    v = widgets.scale_viewer(full)
+    assert "fp16_overflow" in v.controls["stat"].options
+    v.controls["stat"].value = "std"
+    assert v.figure.axes[0].get_ylabel() == "log2(std)"
+
+
+def test_scale_viewer_all_zero_statistic_shows_message(full: Tracker) -> None:
+    v = widgets.scale_viewer(full)
+    v.controls["stat"].value = "fp16_overflow"
+    assert shows_message(v, "zero, NaN or infinite")
+
+
+def test_scale_viewer_empty_tracker_shows_message() -> None:
+    v = widgets.scale_viewer([])
+    assert v.figure is None and "holds no stashes" in v.message.value
+
+
+# -- umap_viewer -------------------------------------------------------------------------
+
+
+def test_umap_viewer_defaults_to_pca_of_numbered_layers(full: Tracker) -> None:
+    v = widgets.umap_viewer(full)
+    assert v.controls["method"].value == "pca"
+    assert v.controls["layers"].value == ("blocks.0", "blocks.1")
+    assert title(v) == "PC of activations: 16 tokens x 2 layers (step 0)"
+
+
+def test_umap_viewer_tokens_slider_redraws(full: Tracker) -> None:
+    v = widgets.umap_viewer(full)
+    v.controls["tokens"].value = (2, 6)
+    assert title(v) == "PC of activations: 5 tokens x 2 layers (step 0)"
+
+
+def test_umap_viewer_layers_and_grad(full: Tracker) -> None:
+    v = widgets.umap_viewer(full)
+    v.controls["layers"].value = ("embed", "blocks.0", "blocks.1")
+    assert "3 layers" in title(v)
+    v.controls["grad"].value = "both"
+    assert len(v.figure.axes) == 3
+
+
+def test_umap_viewer_one_layer_shows_message(full: Tracker) -> None:
+    v = widgets.umap_viewer(full)
+    v.controls["layers"].value = ("blocks.0",)
+    assert shows_message(v, "at least 2 layers")
+
+
+def test_umap_viewer_different_feature_sizes_show_message(full: Tracker) -> None:
+    v = widgets.umap_viewer(full)
+    v.controls["layers"].value = ("blocks.0", "blocks.0.mlp.up")
+    assert shows_message(v, "feature sizes differ")
+
+
+def test_umap_viewer_needs_full_tensors(with_stats: Tracker) -> None:
+    v = widgets.umap_viewer(with_stats)
+    assert v.figure is None and "track without stats=" in v.message.value
+
+
+# -- history_viewer ----------------------------------------------------------------------
+
+
+def test_history_viewer_stat_and_modules_redraw(hist_steps: Tracker) -> None:
+    v = widgets.history_viewer(hist_steps)
+    ax = v.figure.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["blocks.0", "blocks.1"]
+    v.controls["stat"].value = "abs_max"
+    assert v.figure.axes[0].get_ylabel() == "log2(abs_max)"
+    v.controls["modules"].value = ("embed",)
+    assert v.figure.axes[0].get_legend().get_texts()[0].get_text() == "embed"
+
+
+def test_history_viewer_heatmap_module_redraws(hist_steps: Tracker) -> None:
+    v = widgets.history_viewer(hist_steps)
+    assert title(v, "heatmap_figure").startswith("blocks.0 (fwd)")
+    v.controls["heatmap_module"].value = "norm"
+    assert title(v, "heatmap_figure").startswith("norm (fwd)")
+
+
+def test_history_viewer_grad_toggle_redraws_both(full_steps: Tracker) -> None:
+    v = widgets.history_viewer(full_steps)
+    v.controls["grad"].value = True
+    assert "gradients" in title(v)
+    assert title(v, "heatmap_figure").startswith("blocks.0 (grad)")
+
+
+def test_history_viewer_without_histograms_explains_heatmap(with_stats: Tracker) -> None:
+    v = widgets.history_viewer(with_stats)
+    assert v.figure is not None
+    assert v.heatmap_figure is None
+    assert "stats.histogram()" in v.heatmap_message.value
+
+
+def test_history_viewer_no_module_selected_shows_message(hist_steps: Tracker) -> None:
+    v = widgets.history_viewer(hist_steps)
+    v.controls["modules"].value = ()
+    assert shows_message(v, "Select one or more modules")
+
+
+def test_history_viewer_empty_tracker_shows_message() -> None:
+    v = widgets.history_viewer(Tracker())
+    assert v.figure is None and v.heatmap_figure is None
+    assert "holds no stashes" in v.message.value
