@@ -110,7 +110,10 @@ def _show_figures_in_ipython(figure_class: type) -> None:
     except KeyError:
         from IPython.core.pylabtools import print_figure
 
-        png.for_type(figure_class, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
+        png.for_type(
+            figure_class,
+            lambda fig: print_figure(fig, "png", bbox_inches="tight"),  # type: ignore[no-untyped-call]
+        )
 
 
 def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
