@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -104,77 +105,74 @@ def train_step(model: nn.Module, x: Tensor) -> None:
 Factory = Callable[[nn.Module], contextlib.AbstractContextManager[Any]]
 
 
-def configurations() -> dict[str, tuple[Factory, str]]:
+def configurations() -> dict[str, tuple[Factory, float | None]]:
+    """Name -> (attach a tracker to a model, target ratio)."""
     return {
-        "forward only, full copies": (
-            lambda m: tensor_tracker.track(m, grad=False),
-            "<= 1.05",
-        ),
-        "  plain reference": (lambda m: plain(m, False, plain_copy), ""),
-        "forward+grad, full copies": (lambda m: tensor_tracker.track(m), "<= 1.15"),
-        "  plain reference ": (lambda m: plain(m, True, plain_copy), ""),
-        "forward+grad, stats=True": (
-            lambda m: tensor_tracker.track(m, stats=True),
-            "<= 1.10",
-        ),
-        "  plain reference, stash_value=std": (lambda m: plain(m, True, plain_std), ""),
+        "forward only, full copies": (lambda m: tensor_tracker.track(m, grad=False), 1.05),
+        "  plain reference": (lambda m: plain(m, False, plain_copy), None),
+        "forward+grad, full copies": (lambda m: tensor_tracker.track(m), 1.15),
+        "  plain reference ": (lambda m: plain(m, True, plain_copy), None),
+        "forward+grad, stats=True": (lambda m: tensor_tracker.track(m, stats=True), 1.10),
+        "  plain reference, stash_value=std": (lambda m: plain(m, True, plain_std), None),
     }
 
 
-def timed_steps(
-    model: nn.Module, x: Tensor, steps: int, context: contextlib.AbstractContextManager[Any]
-) -> tuple[list[float], int, int]:
-    """Median-able step times, plus stashes and bytes held after one step."""
-    times = []
-    stashes = nbytes = 0
-    with context as tracker:
-        for i in range(steps + 1):  # the first step warms up (allocator, caches)
-            if tracker is not None:
-                tracker_stashes = getattr(tracker, "stashes", [])
-                tracker_stashes.clear()
-            start = time.perf_counter()
-            train_step(model, x)
-            elapsed = time.perf_counter() - start
-            if i:
-                times.append(elapsed)
-            if tracker is not None:
-                stashes = len(tracker.stashes)
-                if isinstance(tracker, tensor_tracker.Tracker):
-                    nbytes = tracker.nbytes
-    return times, stashes, nbytes
+def paired_ratios(
+    step_untracked: Callable[[], None],
+    step_tracked: Callable[[], None],
+    pairs: int,
+) -> list[float]:
+    """Alternate single untracked and tracked steps (on two identical models) and return the
+    ratio within each adjacent pair: this machine's speed drifts by +-10% from one step to
+    the next, and adjacent steps drift together."""
+    ratios = []
+    for i in range(pairs + 1):  # the first pair warms up (allocator, caches)
+        start = time.perf_counter()
+        step_untracked()
+        middle = time.perf_counter()
+        step_tracked()
+        end = time.perf_counter()
+        if i:
+            ratios.append((end - middle) / (middle - start))
+    return ratios
 
 
 def overhead_table(
-    d_model: int, layers: int, batch: int, seq: int, rounds: int, steps: int
+    d_model: int, layers: int, batch: int, seq: int, pairs: int, only: str = ""
 ) -> None:
-    model = make_model(d_model, layers)
+    untracked = make_model(d_model, layers)
+    tracked = copy.deepcopy(untracked)
     x = torch.randn(batch, seq, d_model)
-    configs = configurations()
-    ratios: dict[str, list[float]] = {name: [] for name in configs}
-    info: dict[str, tuple[int, int]] = {}
-    base_times: list[float] = []
-    for _ in range(rounds):
-        for name, (factory, _) in configs.items():
-            base, _, _ = timed_steps(model, x, steps, contextlib.nullcontext())
-            tracked, n, nbytes = timed_steps(model, x, steps, factory(model))
-            base_times.append(statistics.median(base))
-            ratios[name].append(statistics.median(tracked) / statistics.median(base))
-            info[name] = (n, nbytes)
+    base = []
+    for _ in range(5):
+        start = time.perf_counter()
+        train_step(untracked, x)
+        base.append(time.perf_counter() - start)
     print(
         f"\n## Transformer encoder: d_model={d_model}, {layers} layers, batch {batch} x seq {seq}, "
-        f"1 thread; untracked step {1e3 * statistics.median(base_times):.1f} ms; "
-        f"median of {rounds} rounds x {steps} steps\n"
+        f"1 thread; untracked step {1e3 * statistics.median(base):.1f} ms; median over {pairs} "
+        "adjacent (untracked, tracked) step pairs\n"
     )
     print("| configuration | tracked / untracked | target | stashes/step | bytes held/step |")
     print("|---|---|---|---|---|")
-    for name, (_, target) in configs.items():
-        ratio = statistics.median(ratios[name])
-        n, nbytes = info[name]
-        verdict = ""
-        if target:
-            verdict = " (met)" if ratio <= float(target.split()[-1]) else " (MISSED)"
-        held = f"{nbytes:,}" if nbytes else "-"
-        print(f"| {name.strip()} | {ratio:.3f}x | {target}{verdict} | {n} | {held} |")
+    for name, (factory, target) in configurations().items():
+        if only not in name:
+            continue
+        with factory(tracked) as tracker:
+
+            def step_tracked(tracker: Any = tracker) -> None:
+                tracker.stashes.clear()
+                train_step(tracked, x)
+
+            ratio = statistics.median(
+                paired_ratios(lambda: train_step(untracked, x), step_tracked, pairs)
+            )
+            count = len(tracker.stashes)
+            held = f"{tracker.nbytes:,}" if isinstance(tracker, tensor_tracker.Tracker) else "-"
+        verdict = (
+            "" if target is None else f"<= {target} ({'met' if ratio <= target else 'MISSED'})"
+        )
+        print(f"| {name.strip()} | {ratio:.3f}x | {verdict} | {count} | {held} |")
 
 
 def frame_throughput(steps: int) -> None:
@@ -203,66 +201,70 @@ def frame_throughput(steps: int) -> None:
     print(f"\nMemory held with stats=True: {per_stash:.0f} bytes per stash (target < 1 KiB).")
 
 
-@contextlib.contextmanager
-def training_tracker(model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[Any]:
-    with tensor_tracker.track(
-        model,
-        stats=[*stats.DEFAULT, stats.histogram()],
-        capture=("outputs", "params"),
-        every=10,
-    ) as tracker:
-        yield tracker
-
-
-def training_run(steps: int, rounds: int) -> None:
-    """Issue #5's configuration: a whole run with every=10, histograms, parameters."""
-    model = make_model(256, 4)
+def training_run(steps: int) -> None:
+    """Issue #5's configuration: a whole run with every=10, histograms, parameters. Steps of
+    an untracked and a tracked copy of the model alternate; the ratio compares their total
+    times."""
+    untracked = make_model(256, 4)
+    tracked = copy.deepcopy(untracked)
     x = torch.randn(4, 64, 256)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    optimizers = {m: torch.optim.SGD(m.parameters(), lr=1e-4) for m in (untracked, tracked)}
 
-    def loop(tracker: Any) -> float:
-        start = time.perf_counter()
+    def step(model: nn.Module) -> None:
+        optimizer = optimizers[model]
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        optimizer.step()
+
+    spec = [*stats.DEFAULT, stats.histogram()]
+    totals = [0.0, 0.0]
+    with tensor_tracker.track(
+        tracked, stats=spec, capture=("outputs", "params"), every=10
+    ) as tracker:
+        step(untracked)
+        step(tracked)  # warm-up; not timed
+        tracker.clear()
         for _ in range(steps):
-            optimizer.zero_grad()
-            model(x).square().mean().backward()
-            optimizer.step()
-            if tracker is not None:
-                tracker.step()
-        return time.perf_counter() - start
-
-    ratios = []
-    per_step = 0.0
-    for _ in range(rounds):
-        base = loop(None)
-        with training_tracker(model, optimizer) as tracker:
-            tracked = loop(tracker)
-            recorded = len({s.step for s in tracker})
-            per_step = tracker.nbytes / max(1, recorded)
-            n = len(tracker) / max(1, recorded)
-        ratios.append(tracked / base)
-    ratio = statistics.median(ratios)
+            start = time.perf_counter()
+            step(untracked)
+            middle = time.perf_counter()
+            step(tracked)
+            tracker.step()
+            end = time.perf_counter()
+            totals[0] += middle - start
+            totals[1] += end - middle
+    ratio = totals[1] / totals[0]
+    recorded = len({s.step for s in tracker})
     verdict = "met" if ratio <= 1.05 else "MISSED"
     print(
         f"\n## Training run: {steps} steps, every=10, stats=DEFAULT+histogram(), outputs and "
-        f"parameters with gradients (d_model=256, 4 layers, batch 4 x seq 64)\n"
+        "parameters with their gradients (d_model=256, 4 layers, batch 4 x seq 64)\n"
     )
     print(f"- whole-run time tracked / untracked: {ratio:.3f}x (target <= 1.05: {verdict})")
-    print(f"- per recorded step: {n:.0f} stashes, {per_step:,.0f} bytes held")
+    print(
+        f"- {recorded} recorded steps, {len(tracker) / recorded:.0f} stashes and "
+        f"{tracker.nbytes / recorded:,.0f} bytes held per recorded step"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (CI)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", default="", help="run the overhead rows whose name has this")
+    parser.add_argument("--pairs", type=int, default=40, help="step pairs per configuration")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rounds, steps = (1, 2) if args.quick else (7, 5)
+    pairs = 3 if args.quick else args.pairs
     print(f"# tensor_tracker benchmark (torch {torch.__version__}, {args.threads} thread)")
-    overhead_table(256, 4, 4, 64, rounds, steps)
+    overhead_table(256, 4, 4, 64, pairs, args.only)
+    if args.only:
+        return
     if not args.quick:
-        overhead_table(128, 4, 8, 64, rounds, steps)
+        overhead_table(128, 4, 8, 64, pairs)
+        overhead_table(512, 4, 2, 64, pairs)
     frame_throughput(20 if args.quick else 400)
-    training_run(20 if args.quick else 200, 1 if args.quick else 3)
+    training_run(20 if args.quick else 200)
 
 
 if __name__ == "__main__":
