@@ -60,7 +60,10 @@ def track(
         - `include="layers\\.\\d+$"`, `exclude="dropout"`: regexes searched in module names.
         - `grad=False`: forward values only.
         - `capture=("outputs", "inputs", "params")`: also each module's inputs and its own
-          parameters (and their gradients, captured once accumulated).
+          parameters (and their gradients, captured once accumulated). An input's gradient
+          is d loss / d input over all uses of that tensor (e.g. a residual stream feeds the
+          attention and the skip connection): telling this module's share apart would need
+          an extra autograd node, which tracking never adds.
         - `optimizer=opt`: also the optimizer state (e.g. Adam's moments) after `opt.step()`.
         - `train_only=True`: skip modules in eval mode.
 
