@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
-__all__ = ["iter_tensors", "rmap_tensor"]
+__all__ = ["iter_leaves", "iter_tensors", "rmap_tensor"]
 
 
 def _is_namedtuple(value: Any) -> bool:
@@ -84,6 +84,29 @@ def _rmap_dataclass(value: Any, fn: Callable[[Tensor], Any]) -> Any:
     return rebuilt
 
 
+def iter_leaves(value: Any) -> Iterator[Any]:
+    """Yield everything inside `value` that is not a container (tensors, numbers, `None`,
+    other objects; dict keys included), in the order `rmap_tensor` visits them.
+
+    Example:
+        >>> list(iter_leaves({"a": (1, None), "b": [torch.tensor(2.0)]}))
+        ['a', 1, None, 'b', tensor(2.)]
+    """
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            yield from iter_leaves(v)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            if hasattr(value, f.name):
+                yield from iter_leaves(getattr(value, f.name))
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from iter_leaves(k)
+            yield from iter_leaves(v)
+    else:
+        yield value
+
+
 def iter_tensors(value: Any) -> Iterator[Tensor]:
     """Yield the tensors inside `value` in the order `rmap_tensor` visits them.
 
@@ -91,16 +114,9 @@ def iter_tensors(value: Any) -> Iterator[Tensor]:
         >>> [t.item() for t in iter_tensors((torch.tensor(1), {"x": torch.tensor(2)}))]
         [1, 2]
     """
-    if isinstance(value, Tensor):
+    if isinstance(value, Tensor):  # the common case, without a generator
         yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from iter_tensors(v)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            if hasattr(value, f.name):
-                yield from iter_tensors(getattr(value, f.name))
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from iter_tensors(k)
-            yield from iter_tensors(v)
+        return
+    for leaf in iter_leaves(value):
+        if isinstance(leaf, Tensor):
+            yield leaf

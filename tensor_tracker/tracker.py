@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 import torch
@@ -13,7 +13,8 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from .stash import Event, Kind, Stash, StashFn, _BoundDefaultStash, get_stash_fn
-from .structure import iter_tensors
+from .stats import Stats
+from .structure import iter_leaves, iter_tensors
 
 if TYPE_CHECKING:
     import pandas
@@ -55,28 +56,20 @@ def _check_module(module: Any, argument: str = "module") -> None:
         )
 
 
-def _value_nbytes(value: Any) -> int:
+def _value_nbytes(value: Any, seen: set[int] | None = None) -> int:
+    """Bytes held by the tensors and statistics inside a stash's value; with `seen`, each
+    object is counted once (a parent's stash often shares its child's copy)."""
     total = 0
-    for item in _iter_leaves(value):
-        if isinstance(item, Tensor):
-            total += item.numel() * item.element_size()
-        else:
-            total += getattr(item, "nbytes", 0) if hasattr(item, "raw") else 0
+    for leaf in iter_leaves(value):
+        if seen is not None:
+            if id(leaf) in seen:
+                continue
+            seen.add(id(leaf))
+        if isinstance(leaf, Tensor):
+            total += leaf.numel() * leaf.element_size()
+        elif isinstance(leaf, Stats):
+            total += leaf.nbytes
     return total
-
-
-def _iter_leaves(value: Any) -> Iterator[Any]:
-    if isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _iter_leaves(v)
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _iter_leaves(v)
-    elif hasattr(value, "__dataclass_fields__") and not isinstance(value, type):
-        for name in value.__dataclass_fields__:
-            yield from _iter_leaves(getattr(value, name, None))
-    else:
-        yield value
 
 
 def _handle_is_dead(handle: Any) -> bool:
@@ -384,7 +377,7 @@ class Tracker:
         call: int,
         training: bool,
     ) -> None:
-        if isinstance(value, Tensor) or any(True for _ in iter_tensors(value)):
+        if next(iter_tensors(value), None) is not None:
             self._record(reg, False, value, args, kwargs, call, "input", attr, training)
             if reg.grad:
                 self._hook_grads(reg, value, call, "input", attr, training)
@@ -531,9 +524,11 @@ class Tracker:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the tensors in the stashes (statistics count their few numbers)."""
+        """Bytes held by the tensors in the stashes (statistics count their few numbers);
+        a copy shared by several stashes counts once."""
         self._sync()
-        return sum(_value_nbytes(s.value) for s in self.stashes)
+        seen: set[int] = set()
+        return sum(_value_nbytes(s.value, seen) for s in self.stashes)
 
     def __len__(self) -> int:
         return len(self.stashes)

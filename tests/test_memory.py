@@ -24,7 +24,8 @@ def test_nbytes_counts_stashed_tensors() -> None:
     model, x = model_and_input()
     with track(model, grad=False) as t:
         model(x)
-    assert t.nbytes == 4 * 4 * 10 * 4  # four [4, 10] float32 outputs
+    # Four [4, 10] float32 outputs; the root's is the last layer's object, copied once.
+    assert len(t) == 4 and t.nbytes == 3 * 4 * 10 * 4
 
 
 def test_max_bytes_raises_removes_hooks_and_keeps_stashes() -> None:
@@ -67,7 +68,7 @@ def test_copy_keep_on_device_and_dtype() -> None:
         out = model(x)
     assert t[-1].value.dtype == torch.bfloat16
     assert torch.equal(t[-1].value, out.detach().bfloat16())
-    assert t.nbytes == 4 * 4 * 10 * 2
+    assert t.nbytes == 3 * 4 * 10 * 2  # bfloat16; the root shares the last layer's copy
 
 
 def test_sample_is_reproducible_and_drawn_from_the_tensor() -> None:
@@ -103,3 +104,11 @@ def test_non_blocking_copy_to_pinned_memory() -> None:
         out.sum().backward()
     value = t[0].value
     assert value.is_pinned() and torch.equal(value, out.detach().cpu())
+
+
+def test_a_copy_shared_by_parent_and_child_counts_once() -> None:
+    model = nn.Sequential(nn.Sequential(nn.Linear(10, 10)))
+    with track(model, grad=False) as t:
+        model(torch.randn(4, 10))
+    assert len(t) == 3 and t[0].value is t[2].value  # one copy, three stashes
+    assert t.nbytes == 4 * 10 * 4
