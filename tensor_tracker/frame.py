@@ -12,7 +12,7 @@ from torch import Tensor
 
 from ._optional import require
 from .stash import Stash
-from .stats import Stats, compute, stats_table
+from .stats import NAMES, Stats, compute, stats_table
 
 if TYPE_CHECKING:
     import pandas
@@ -34,6 +34,11 @@ def _stat_fn(stat: Callable[[Tensor], Any] | str | None) -> Callable[[Tensor], A
     if stat is None:
         return torch.std
     if isinstance(stat, str):
+        if stat not in NAMES:
+            raise ValueError(
+                f"to_frame: stat={stat!r} is not a statistic; use one of {list(NAMES)} "
+                "or a function of a tensor"
+            )
         return lambda t: compute(t, (stat,))[stat]
     if not callable(stat):
         raise TypeError(f"to_frame: stat must be a callable or a statistic name, got {stat!r}")

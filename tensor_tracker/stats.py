@@ -274,6 +274,35 @@ def histogram(
 # Layout: where each statistic sits in the raw vector and how to derive it
 
 
+@dataclasses.dataclass(frozen=True)
+class _CustomName:
+    """A custom statistic in a pickled layout: its name (its function is not needed to read
+    what it computed, and may not be picklable)."""
+
+    name: str
+
+
+def _not_recomputable(tensor: Tensor) -> Tensor:
+    raise RuntimeError(
+        "this StatsFn was rebuilt from pickled statistics to read them; its custom "
+        "statistics' functions were not saved"
+    )
+
+
+_UNPICKLED_LAYOUTS: dict[tuple[str | Histogram | _CustomName, ...], Layout] = {}
+
+
+def _layout_from_spec(spec: tuple[str | Histogram | _CustomName, ...]) -> Layout:
+    """The layout of a pickled `Stats`: one per spec, so unpickled stats batch together."""
+    layout = _UNPICKLED_LAYOUTS.get(spec)
+    if layout is None:
+        items = [
+            Statistic(i.name, _not_recomputable) if isinstance(i, _CustomName) else i for i in spec
+        ]
+        layout = _UNPICKLED_LAYOUTS[spec] = StatsFn(items).layout
+    return layout
+
+
 class Layout:
     """Which statistics a raw vector holds, and how to derive them from it.
 
@@ -287,7 +316,15 @@ class Layout:
         histograms: the `Histogram` configurations by name (empty when there are none).
     """
 
-    __slots__ = ("_derivers", "_empty_runs", "_histograms", "_integral", "_names", "_width")
+    __slots__ = (
+        "_derivers",
+        "_empty_runs",
+        "_histograms",
+        "_integral",
+        "_names",
+        "_spec",
+        "_width",
+    )
 
     def __init__(
         self,
@@ -296,7 +333,9 @@ class Layout:
         empty: tuple[float, ...],
         histograms: dict[str, Histogram],
         integral: frozenset[str],
+        spec: tuple[str | Histogram | _CustomName, ...] = (),
     ) -> None:
+        self._spec = spec
         self._names = names
         self._derivers = derivers
         # Runs of equal values, so the raw vector of an empty tensor is built by a few fills.
@@ -315,6 +354,10 @@ class Layout:
     def names(self) -> tuple[str, ...]:
         """The public statistic names, in the order they were asked for."""
         return self._names
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The derivers are closures; a layout pickles as the spec that rebuilds it.
+        return (_layout_from_spec, (self._spec,))
 
     @property
     def width(self) -> int:
@@ -891,7 +934,10 @@ class StatsFn:
         integral = {"numel", "nonfinite"}
         for h in histograms.values():
             integral.update(h.names[1:])
-        self.layout = Layout(tuple(names), derivers, tuple(empty), histograms, frozenset(integral))
+        layout_spec = tuple(_CustomName(i.name) if isinstance(i, Statistic) else i for i in items)
+        self.layout = Layout(
+            tuple(names), derivers, tuple(empty), histograms, frozenset(integral), layout_spec
+        )
         self._core: _Core | None = core if has_core else None
         self._range = core.range
         self._customs = tuple(customs)

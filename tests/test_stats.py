@@ -825,3 +825,14 @@ def test_binade_fast_path_matches_the_general_path() -> None:
         assert torch.equal(fast[name], general[name]), name
     assert fast["hist_zero"].item() == 2 and fast["hist_nonfinite"].item() == 3
     assert sum(fast[n].sum().item() for n in fn.names) == x.numel()
+
+
+def test_stats_survive_pickling_and_still_batch() -> None:
+    import pickle
+
+    fn = S.parse(["mean", "rms", ("l1", lambda t: t.abs().sum()), S.histogram(bins=4)])
+    values = [fn(torch.randn(50)), fn(torch.randn(60) * 3)]
+    restored = pickle.loads(pickle.dumps(values))
+    assert restored[0].layout is restored[1].layout  # one layout: stats_table stacks them
+    assert S.stats_table(restored) == S.stats_table(values)
+    assert restored[1].edges("hist") == values[1].edges("hist")

@@ -596,3 +596,26 @@ def test_userdict_output_is_copied_and_gets_gradients() -> None:
     assert [s.grad for s in t] == [False, True]
     assert t[0].value is not out and not t[0].value["y"].requires_grad
     assert torch.equal(t[1].value[0], torch.ones(1, 2))
+
+
+def test_to_frame_unknown_statistic_name_is_an_error() -> None:
+    model = mlp()
+    with track(model, grad=False) as t:
+        model(torch.randn(2, 4))
+    with pytest.raises(ValueError, match="rmss"):
+        t.to_frame("rmss")
+    with track(model, grad=False, stats=True) as s:
+        model(torch.randn(2, 4))
+    with pytest.raises(KeyError, match="rmss"):
+        s.to_frame("rmss")
+
+
+def test_stashes_of_a_stats_run_can_be_saved_and_reloaded(tmp_path: Any) -> None:
+    model = mlp()
+    with track(model, stats=True) as t:
+        model(torch.randn(3, 4)).sum().backward()
+    path = tmp_path / "run.pt"
+    torch.save(t.stashes, path)
+    reloaded = Tracker()
+    reloaded.stashes.extend(torch.load(path, weights_only=False))
+    assert reloaded.to_frame().equals(t.to_frame())
