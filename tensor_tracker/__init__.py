@@ -15,6 +15,9 @@ Where things live:
 - `tensor_tracker.plot`: matplotlib figures; `tensor_tracker.widgets`: notebook viewers.
 """
 
+# Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;
+# they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
+from . import formats, integrations, models, plot, stats, widgets
 from .api import track
 from .stash import (
     CopyValue,
@@ -39,9 +42,15 @@ __all__ = [
     "Tracker",
     "default_stash",
     "default_stash_value",
+    "formats",
     "get_stash_fn",
+    "integrations",
+    "models",
+    "plot",
     "rmap_tensor",
+    "stats",
     "track",
+    "widgets",
 ]
 
 __version__ = "0.1.0"
