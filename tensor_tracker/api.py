@@ -48,7 +48,8 @@ def track(
     module's output (a tuple, one entry per output tensor). Hooks are removed when the
     `with` block ends, also on an exception. Tracking never changes the model's results:
     outputs and gradients are bitwise identical to an untracked run, and in-place ops
-    (`ReLU(inplace=True)`, `x += residual`) after a tracked module are fine.
+    (`ReLU(inplace=True)`, `x += residual`) after a tracked module are fine. With activation
+    checkpointing, the forward pass recomputed during `backward()` is not recorded twice.
 
     A gradient stash holds, for each output tensor, d loss / d tensor (what
     `torch.autograd.grad(loss, tensor)` gives) for the value the module returned, before any

@@ -103,6 +103,12 @@ def _grad_target(tensor: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor] | N
     return base, to_view
 
 
+def _in_backward() -> bool:
+    """Whether autograd is running a backward pass in this thread: forward hooks fire then
+    when activation checkpointing recomputes a forward pass."""
+    return torch._C._current_graph_task_id() != -1
+
+
 class _Registration:
     """One registered module and what its hooks need, resolved once at `register` time."""
 
@@ -337,6 +343,13 @@ class Tracker:
             training = module.training
             if self._train_only and not training:
                 return
+            if _in_backward():
+                # Activation checkpointing re-running a forward that was already recorded:
+                # only its gradients are new (with use_reentrant=True the first run had
+                # no graph), and they belong to the call being recomputed.
+                if reg.grad:
+                    self._hook_grads(reg, output, max(reg.calls - 1, 0), "output", "", training)
+                return
             call = reg.calls
             reg.calls = call + 1
             self._record(reg, False, output, args, kwargs, call, "output", "", training)
@@ -348,7 +361,7 @@ class Tracker:
     def _pre_hook(self, reg: _Registration) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             training = module.training
-            if self._train_only and not training:
+            if (self._train_only and not training) or _in_backward():
                 return
             call = reg.calls
             if not self._outputs:  # otherwise the forward hook counts the call

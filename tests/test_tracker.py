@@ -619,3 +619,45 @@ def test_stashes_of_a_stats_run_can_be_saved_and_reloaded(tmp_path: Any) -> None
     reloaded = Tracker()
     reloaded.stashes.extend(torch.load(path, weights_only=False))
     assert reloaded.to_frame().equals(t.to_frame())
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_activation_checkpointing_records_each_forward_once(use_reentrant: bool) -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.b = nn.Linear(8, 8)
+
+        def forward(self, x: Tensor) -> Tensor:
+            out: Tensor = self.b(torch.relu(self.a(x)))
+            return out
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.block = Block()
+            self.head = nn.Linear(8, 1)
+
+        def forward(self, x: Tensor) -> Tensor:
+            hidden = checkpoint(self.block, x, use_reentrant=use_reentrant)
+            out: Tensor = self.head(hidden)
+            return out
+
+    def run(tracked: bool) -> tuple[list[Stash], list[Tensor]]:
+        torch.manual_seed(0)
+        model = Model()
+        x = torch.randn(4, 8, requires_grad=True)
+        with track(model) if tracked else _null() as t:
+            model(x).sum().backward()
+        return (list(t) if t is not None else []), [p.grad.clone() for p in model.parameters()]
+
+    stashes, grads = run(True)
+    _, reference = run(False)
+    assert all(torch.equal(a, b) for a, b in zip(grads, reference, strict=True))
+    forward = [s.name for s in stashes if not s.grad]
+    assert forward == ["block.a", "block.b", "block", "head", ""]
+    gradients = [(s.name, s.call) for s in stashes if s.grad]
+    assert sorted(gradients) == [("", 0), ("block", 0), ("block.a", 0), ("block.b", 0), ("head", 0)]
