@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .stash import CopyValue, StashFn, StashValueFn, get_stash_fn
+from .stats import parse
 from .tracker import Pattern, Tracker, _check_module, compile_pattern
 
 __all__ = ["track"]
@@ -145,8 +146,6 @@ def track(
             raise ValueError(
                 "stats= keeps statistics, not copies; drop device=/dtype=/sample=/non_blocking="
             )
-        from .stats import parse
-
         stash_value = parse(stats)
     elif not custom:
         stash_value = CopyValue(device, dtype, sample, seed, non_blocking)

@@ -195,7 +195,13 @@ class CopyValue:
             raise ValueError(f"sample must be a positive int (elements to keep), got {sample!r}")
         if dtype is not None and not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16, got {dtype!r}")
-        self.device = None if device is None else torch.device(device)
+        try:
+            self.device = None if device is None else torch.device(device)
+        except (RuntimeError, TypeError) as error:
+            raise ValueError(
+                f"device={device!r} is not a torch device ('cpu', 'cuda:0', ...; None keeps "
+                f"copies on each tensor's own device): {error}"
+            ) from None
         self.dtype = dtype
         self.sample = sample
         self.seed = seed

@@ -170,6 +170,8 @@ def test_gradient_hooks_removed_on_exit() -> None:
         ({"capture": "weights"}, ValueError, "capture="),
         ({"max_bytes": -1}, ValueError, "max_bytes="),
         ({"optimizer": "adam"}, TypeError, "optimizer="),
+        ({"device": "gpu"}, ValueError, "device="),
+        ({"device": 3}, TypeError, "device="),
     ],
 )
 def test_bad_arguments_raise_before_any_hook(
