@@ -258,6 +258,10 @@ class Tracker:
         _check_module(module)
         include_re = compile_pattern(include, "include")
         exclude_re = compile_pattern(exclude, "exclude")
+        # torch.compile wraps the model; its modules keep the names they have uncompiled.
+        original = getattr(module, "_orig_mod", None)
+        if type(module).__name__ == "OptimizedModule" and isinstance(original, nn.Module):
+            module = original
         for name, child in module.named_modules():
             if include_re is not None and not include_re.search(name):
                 continue

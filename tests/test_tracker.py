@@ -663,3 +663,24 @@ def test_activation_checkpointing_records_each_forward_once(use_reentrant: bool)
     assert forward == ["block.a", "block.b", "block", "head", ""]
     gradients = [(s.name, s.call) for s in stashes if s.grad]
     assert sorted(gradients) == [("", 0), ("block", 0), ("block.a", 0), ("block.b", 0), ("head", 0)]
+
+
+def test_compiled_model_keeps_its_module_names_and_numerics() -> None:
+    model = mlp()
+    x = torch.randn(4, 4)
+    reference = model(x)
+    reference.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad()
+    compiled = torch.compile(model, backend="eager")  # dynamo tracing, no code generation
+    with track(compiled) as t:
+        out = compiled(x)
+        out.sum().backward()
+    assert [(s.name, s.grad) for s in t][:4] == [
+        ("0", False),
+        ("1", False),
+        ("2", False),
+        ("", False),
+    ]
+    assert torch.equal(out, reference)
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
