@@ -631,7 +631,8 @@ def scale_plot(
             "tensor), so there is no scale to plot; try another stat= such as 'abs_max'"
         )
 
-    fig, ax = _new_axes(ax, (max(6.0, 0.35 * len(order) + 3.0), 4.5))
+    # The legend beside the axes takes about 3.5 inches.
+    fig, ax = _new_axes(ax, (max(9.0, 0.35 * len(order) + 5.5), 4.5))
     x = list(range(len(order)))
     handles = [ax.plot(x, fwd, marker="o", linestyle="-", color="C0", label="forward", zorder=3)[0]]
     if has_grad:
