@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import math
 import types
@@ -437,12 +438,38 @@ class Stats:
         4.0
     """
 
-    __slots__ = ("layout", "numel", "raw")
+    __slots__ = ("_floats", "_raw", "layout", "numel")
 
     def __init__(self, layout: Layout, raw: Tensor, numel: int) -> None:
         self.layout = layout
-        self.raw = raw
+        self._raw: Tensor | None = raw
+        self._floats: list[float] | None = None
         self.numel = numel
+
+    @classmethod
+    def _of_floats(cls, layout: Layout, floats: list[float], numel: int) -> Stats:
+        # CPU statistics arrive as host floats; the raw tensor is built when first read,
+        # which keeps that cost out of the hooks.
+        stats = cls.__new__(cls)
+        stats.layout, stats._raw, stats._floats, stats.numel = layout, None, floats, numel
+        return stats
+
+    @property
+    def raw(self) -> Tensor:
+        """1-D float64 tensor on the tensor's device: what the statistics derive from."""
+        raw = self._raw
+        if raw is None:
+            assert self._floats is not None
+            raw = self._raw = _host_tensor(self._floats)
+            self._floats = None
+        return raw
+
+    @raw.setter
+    def raw(self, raw: Tensor) -> None:  # (unpickling Stats saved by older versions)
+        self._raw, self._floats = raw, None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Stats, (self.layout, self.raw, self.numel))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -452,7 +479,7 @@ class Stats:
     @property
     def nbytes(self) -> int:
         """Bytes of device memory held (the raw vector)."""
-        return self.raw.numel() * self.raw.element_size()
+        return self.layout.width * 8
 
     def __getitem__(self, name: str) -> Tensor:
         """One statistic, as a 0-d float64 tensor on the device (1-D for histogram counts).
@@ -602,7 +629,7 @@ def _count_buckets(idx: Tensor, nb: int) -> Tensor:
 
 
 class _Core:
-    """The built-in statistics' raw computation: one stacked vector from a few passes."""
+    """The built-in statistics' raw computation: one float64 vector from a few passes."""
 
     __slots__ = ("abs_sum", "minmax", "moments", "nb", "nonfinite", "nonzero", "range")
 
@@ -623,37 +650,101 @@ class _Core:
         self.range = range_
         self.nb = 0 if range_ is None else len(range_._keys) + 1
 
-    def __call__(self, x: Tensor, bounds: Tensor | None) -> Tensor:
+    def device_raw(self, x: Tensor, bounds: Tensor | None) -> Tensor:
+        """The raw vector of `x` (1-D, in its reduction dtype; see `_flat`) as a float64
+        tensor on `x`'s device, computed without waiting for the device (what
+        `compile=True` compiles)."""
+        # Accelerators: every result stays on the device, so nothing here waits for it.
         scalars: list[Tensor] = []
         if self.moments:
-            if x.is_cpu:
-                # CPU var_mean/std_mean are a slow scalar Welford loop (~10x slower here);
-                # mean then the norm of the deviations is the classic accurate two-pass.
-                mean = x.mean()
-                std = torch.linalg.vector_norm(x - mean).mul_(1.0 / math.sqrt(x.numel()))
-            else:
-                std, mean = torch.std_mean(x, correction=0)
+            std, mean = torch.std_mean(x, correction=0)
             scalars += (mean, std)
         if self.minmax:
             scalars += torch.aminmax(x)
         if self.abs_sum:
-            # On CPU the fused 1-norm kernel is ~4x slower than abs + sum; on a GPU the
-            # fused kernel saves writing and re-reading a full-size temporary.
-            scalars.append(x.abs().sum() if x.is_cpu else torch.linalg.vector_norm(x, 1))
+            scalars.append(torch.linalg.vector_norm(x, 1))
         if self.nonfinite:
             # x - x is 0 for finite values and NaN otherwise; bool reductions are slower.
             scalars.append(torch.count_nonzero(x - x).to(_F64))
         if self.nonzero:
             scalars.append(torch.count_nonzero(x).to(_F64))
+        head = torch.stack(scalars).to(_F64) if scalars else None
         if bounds is None:
-            return torch.stack(scalars).to(_F64)
+            assert head is not None  # a _Core always computes something
+            return head
+        counts = self._range_counts(x, bounds)
+        return counts if head is None else torch.cat((head, counts))
+
+    def host_raw(self, x: Tensor, bounds: Tensor | None) -> list[float] | Tensor:
+        """`device_raw` for a CPU tensor, as a list of floats when there are no counts.
+
+        On the CPU an op has finished when it returns, so reading a result back waits for
+        nothing. That lets the moments take one pass fewer (see `_cpu_moments`), and a list
+        of floats is cheaper to keep than a tensor (`Stats` builds one when it is read).
+        """
+        values: list[float] = []
+        if self.moments:
+            values += _cpu_moments(x)
+        if self.minmax:
+            lo, hi = torch.aminmax(x)
+            values += (lo.item(), hi.item())
+        if self.abs_sum:
+            # The fused 1-norm kernel is ~4x slower on CPU than abs + sum.
+            values.append(x.abs().sum().item())
+        if self.nonfinite:
+            values.append(float(torch.count_nonzero(x - x)))
+        if self.nonzero:
+            values.append(float(torch.count_nonzero(x)))
+        if bounds is None:
+            return values
+        counts = self._range_counts(x, bounds)
+        return torch.cat((_host_tensor(values), counts)) if values else counts
+
+    def _range_counts(self, x: Tensor, bounds: Tensor) -> Tensor:
         # bucketize copies (and warns about) non-contiguous input; abs keeps x's strides.
         magnitude = x.abs().contiguous()
-        counts = _count_buckets(torch.bucketize(magnitude, bounds, out_int32=True), self.nb)
-        if not scalars:
-            return counts
-        # cat promotes to float64 because counts are float64: one op, no separate cast.
-        return torch.cat((torch.stack(scalars), counts))
+        return _count_buckets(torch.bucketize(magnitude, bounds, out_int32=True), self.nb)
+
+
+def _host_tensor(values: list[float]) -> Tensor:
+    """A float64 CPU tensor of `values` (several times faster than `torch.tensor`)."""
+    return torch.frombuffer(array.array("d", values), dtype=_F64)
+
+
+def _cpu_moments(x: Tensor) -> tuple[float, float]:
+    """`(mean, std with correction=0)` of a 1-D float32/float64 CPU tensor.
+
+    CPU `var_mean`/`std_mean` are a scalar Welford loop (~10x slower than a vectorised
+    pass), so this takes `sum(x)` and `dot(x, x)` (two vectorised passes, no temporary) and
+    `var = dot/n - mean**2`. That subtraction cancels the leading bits the two terms share:
+    when `mean**2` is more than 3 times `var` (under a quarter of `dot/n` remains), the
+    classic two-pass `norm(x - mean)` is computed instead, so the result never has more than
+    4 times the sums' own relative error (NaN and inf take that path too).
+    """
+    n = x.numel()
+    mean = x.sum().item() / n
+    square_mean = torch.dot(x, x).item() / n
+    var = square_mean - mean * mean
+    if var >= 0.25 * square_mean:
+        return mean, math.sqrt(var)
+    centre = x.mean()
+    return centre.item(), torch.linalg.vector_norm(x - centre).item() / math.sqrt(n)
+
+
+def _flat(x: Tensor) -> Tensor:
+    """`x`'s elements as a 1-D tensor in memory order: a view when `x` is dense in some
+    order of its dimensions (contiguous, transposed, permuted), otherwise a contiguous copy.
+    Statistics do not depend on the order of the elements, so e.g. attention outputs, which
+    are transposed, need no copy."""
+    if x.is_contiguous():
+        return x.view(-1)
+    expected = 1
+    for stride, size in sorted(zip(x.stride(), x.shape)):
+        if size != 1:
+            if stride != expected:
+                return x.contiguous().view(-1)
+            expected *= size
+    return x.as_strided((x.numel(),), (1,))
 
 
 class _HistogramFn:
@@ -685,6 +776,22 @@ class _HistogramFn:
         )
         self.binade_offset = int(_F32_BIAS + lo - 1) if binades else None
 
+    def _binades_host(self, x: Tensor, offset: int) -> list[float]:
+        """`_binades` of a 1-D contiguous CPU tensor as floats: one bincount over the 256
+        exponent values, then summed up on the host instead of by a dozen tiny tensor ops."""
+        exponent = x.view(torch.int32).bitwise_right_shift(23).bitwise_and_(255)
+        counts = torch.bincount(exponent, minlength=256).tolist()
+        zero = x.numel() - int(torch.count_nonzero(x))
+        top = offset + 1 + self.bins
+        return [
+            zero,
+            sum(counts[: offset + 1]) - zero,
+            *counts[offset + 1 : top],
+            sum(counts[top:255]),
+            counts[255],
+            0,
+        ]
+
     def _binades(self, x: Tensor, offset: int) -> Tensor:
         """Counts from float32 exponent fields: a value in [2**(e-127), 2**(e-126)) has the
         biased exponent e, so its bin is e - 127 - lo. Zeros and subnormals have e = 0 and
@@ -715,7 +822,8 @@ class _HistogramFn:
             self._generators[device] = gen
         return gen
 
-    def __call__(self, x: Tensor, numel: int) -> Tensor:
+    def __call__(self, x: Tensor, numel: int) -> Tensor | list[float]:
+        """The raw counts of 1-D `x`: host floats on the CPU's fast path, else a tensor."""
         config = self.config
         values = x
         if config.sample_n is not None and numel > config.sample_n:
@@ -724,6 +832,8 @@ class _HistogramFn:
             )
             values = torch.take(x, index)
         if self.binade_offset is not None and values.dtype == torch.float32:
+            if values.is_cpu:
+                return self._binades_host(values.contiguous(), self.binade_offset)
             return self._binades(values.contiguous(), self.binade_offset)
         keyed = (values.abs() if config.log2 else values).contiguous()
         idx = torch.bucketize(keyed, self.thresholds.get(values), out_int32=True)
@@ -944,9 +1054,9 @@ class StatsFn:
         self._hists = tuple(hists)
         self._compiled: Callable[[Tensor, Tensor | None], Tensor] | None = None
         if compile and has_core:
-            self._compiled = torch.compile(core.__call__, dynamic=True)
+            self._compiled = torch.compile(core.device_raw, dynamic=True)
         self._spec_repr = [i if isinstance(i, (str, Histogram)) else i.name for i in items]
-        self._memo = LastTensorMemo(lambda tensor: self._compute(tensor.detach()))
+        self._memo = LastTensorMemo(self._compute)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -965,43 +1075,52 @@ class StatsFn:
         """
         return self._memo(tensor)
 
-    def _compute(self, x: Tensor) -> Stats:
+    def _compute(self, tensor: Tensor) -> Stats:
+        # Gradients seen in backward hooks need no detaching (one tensor object less).
+        x = tensor.detach() if tensor.requires_grad else tensor
         numel = x.numel()
         if numel == 0:
             return Stats(self.layout, self.layout._empty_raw(x.device), 0)
         dtype = _compute_dtype(x.dtype)
-        # One strided copy makes the following passes contiguous (faster on CPU and GPU).
-        xc = x.contiguous() if dtype is None else x.to(dtype, memory_format=torch.contiguous_format)
-        parts: list[Tensor] = []
+        xc = _flat(x if dtype is None else x.to(dtype))
+        # Each part is a tensor, or host floats from the CPU's fast paths; when all of them
+        # are floats, no tensor is built until the statistics are read.
+        parts: list[Tensor | list[float]] = []
         core = self._core
         if core is not None:
             bounds = None if self._range is None else self._range.get(xc)
-            compiled = self._compiled
-            if compiled is None:
-                parts.append(core(xc, bounds))
-            else:
-                try:
-                    parts.append(compiled(xc, bounds))
-                except Exception as error:
-                    warnings.warn(
-                        f"torch.compile failed for statistics {list(self.layout.names)} "
-                        f"({type(error).__name__}: {error}); computing them eagerly instead",
-                        RuntimeWarning,
-                        stacklevel=3,
-                    )
-                    self._compiled = None
-                    parts.append(core(xc, bounds))
+            parts.append(self._core_raw(core, xc, bounds))
         for custom in self._customs:
             parts.append(custom(x))
         for hist in self._hists:
             parts.append(hist(xc, numel))
-        if len(parts) == 1:
-            raw = parts[0]
-        elif parts:
-            raw = torch.cat(parts)
-        else:  # only "numel", which needs nothing from the device
-            raw = torch.empty(0, dtype=_F64, device=x.device)
+        floats: list[float] = []
+        for part in parts:
+            if not isinstance(part, list):
+                break
+            floats += part
+        else:
+            if floats:
+                return Stats._of_floats(self.layout, floats, numel)
+            # only "numel", which needs nothing from the device
+            return Stats(self.layout, torch.empty(0, dtype=_F64, device=x.device), numel)
+        tensors = [_host_tensor(p) if isinstance(p, list) else p for p in parts]
+        raw = tensors[0] if len(tensors) == 1 else torch.cat(tensors)
         return Stats(self.layout, raw, numel)
+
+    def _core_raw(self, core: _Core, x: Tensor, bounds: Tensor | None) -> list[float] | Tensor:
+        if self._compiled is not None:
+            try:
+                return self._compiled(x, bounds)
+            except Exception as error:
+                warnings.warn(
+                    f"torch.compile failed for statistics {list(self.layout.names)} "
+                    f"({type(error).__name__}: {error}); computing them eagerly instead",
+                    RuntimeWarning,
+                    stacklevel=5,
+                )
+                self._compiled = None
+        return core.host_raw(x, bounds) if x.is_cpu else core.device_raw(x, bounds)
 
     def __repr__(self) -> str:
         return f"StatsFn({self._spec_repr!r})"

@@ -12,9 +12,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from .stash import Event, Kind, Stash, StashFn, _BoundDefaultStash, get_stash_fn
+from .stash import Event, Kind, Stash, StashFn, StashValueFn, _BoundDefaultStash, get_stash_fn
 from .stats import Stats
-from .structure import iter_leaves, iter_tensors
+from .structure import iter_leaves, iter_tensors, rmap_tensor
 
 if TYPE_CHECKING:
     import pandas
@@ -197,8 +197,11 @@ class Tracker:
             )
         self.stashes: list[Stash] = []
         self._stash_fn: StashFn = stash if stash is not None else get_stash_fn()
-        # Only stashes built by a user's own StashFn need the tracker to stamp call/step/kind.
-        self._stamp = not isinstance(self._stash_fn, _BoundDefaultStash)
+        # With the standard StashFn the hooks build each Stash directly (no Event); only
+        # stashes built by a user's own StashFn need the tracker to stamp call/step/kind.
+        self._default_value: StashValueFn | None = (
+            self._stash_fn.stash_value if isinstance(self._stash_fn, _BoundDefaultStash) else None
+        )
         stash_value = getattr(self._stash_fn, "stash_value", None)
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
         self._pending_copies = False
@@ -505,13 +508,28 @@ class Tracker:
         attr: str,
         training: bool,
     ) -> None:
-        event = Event(
-            reg.name, reg.type, grad, value, args, kwargs, call, self._step, kind, attr, training
-        )
-        stash = self._stash_fn(event)
-        if self._stamp and isinstance(stash, Stash):
-            stash.call, stash.step, stash.kind, stash.attr = call, self._step, kind, attr
-            stash.training = training
+        stash_value = self._default_value
+        if stash_value is not None:  # what default_stash builds from the Event, directly
+            kept = rmap_tensor(value, stash_value)
+            stash = Stash(reg.name, reg.type, grad, kept, call, self._step, kind, attr, training)
+        else:
+            event = Event(
+                reg.name,
+                reg.type,
+                grad,
+                value,
+                args,
+                kwargs,
+                call,
+                self._step,
+                kind,
+                attr,
+                training,
+            )
+            stash = self._stash_fn(event)
+            if isinstance(stash, Stash):
+                stash.call, stash.step, stash.kind, stash.attr = call, self._step, kind, attr
+                stash.training = training
         if self._max_bytes is not None:
             size = _value_nbytes(stash.value)
             if self._nbytes + size > self._max_bytes:

@@ -6,6 +6,7 @@ import gc
 import math
 import warnings
 import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -275,6 +276,47 @@ def test_non_contiguous_tensor() -> None:
     got = S.compute(x, [*ALL, S.histogram(bins=4)]).to_dict()
     assert_close({k: got[k] for k in ALL}, reference(x), 2e-5)
     assert sum(got["hist"]) + got["hist_below"] + got["hist_above"] + got["hist_zero"] == x.numel()
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda x: x.permute(2, 0, 1),  # dense in another order: read in place
+        lambda x: x.transpose(0, 1)[:, 1:],  # not dense: copied
+        lambda x: x[:1].expand(4, 5, 6),  # overlapping: copied
+        lambda x: x.unsqueeze(1).transpose(0, 2),  # size-1 dims with arbitrary strides
+    ],
+    ids=["permuted", "sliced", "expanded", "unsqueezed"],
+)
+def test_layouts_give_the_statistics_of_a_contiguous_copy(view: Callable[[Tensor], Tensor]) -> None:
+    x = view(random_data((4, 5, 6), torch.float32, seed=5))
+    spec = [*ALL, S.histogram(bins=6)]
+    got, want = S.compute(x, spec).to_dict(), S.compute(x.contiguous(), spec).to_dict()
+    assert got.keys() == want.keys()
+    for name in got:
+        assert got[name] == pytest.approx(want[name], rel=1e-6, nan_ok=True), name
+
+
+def test_flat_views_dense_tensors_without_copying() -> None:
+    x = torch.randn(4, 5, 6)
+    permuted = x.permute(2, 0, 1)
+    assert S._flat(permuted).data_ptr() == x.data_ptr()
+    assert S._flat(x[:, 1:]).data_ptr() != x.data_ptr()
+    assert torch.equal(S._flat(x[:, 1:]), x[:, 1:].reshape(-1))
+
+
+@pytest.mark.parametrize("spec", [S.DEFAULT, ALL], ids=["default", "all"])
+def test_cpu_host_path_matches_the_device_path(spec: Sequence[str]) -> None:
+    # The CPU computes the moments as sum and dot and reads them back; accelerators (and
+    # compile=True) use std_mean and keep everything on the device. Same numbers.
+    fn = S.parse(spec)
+    x = random_data((3000,), torch.float32, seed=6)
+    assert fn._core is not None
+    bounds = None if fn._range is None else fn._range.get(x)
+    host = fn._core.host_raw(x, bounds)
+    device = fn._core.device_raw(x, bounds)
+    host_raw = S._host_tensor(host) if isinstance(host, list) else host
+    torch.testing.assert_close(host_raw, device, rtol=1e-5, atol=0.0)
 
 
 # --------------------------------------------------------------------------------------
@@ -825,6 +867,11 @@ def test_binade_fast_path_matches_the_general_path() -> None:
         assert torch.equal(fast[name], general[name]), name
     assert fast["hist_zero"].item() == 2 and fast["hist_nonfinite"].item() == 3
     assert sum(fast[n].sum().item() for n in fn.names) == x.numel()
+    # On the CPU the exponent counts are summed up on the host; accelerators use tensor ops.
+    hist = fn._hists[0]
+    assert hist.binade_offset is not None
+    host = hist._binades_host(x, hist.binade_offset)
+    assert torch.equal(S._host_tensor(host), hist._binades(x, hist.binade_offset))
 
 
 def test_stats_survive_pickling_and_still_batch() -> None:
@@ -836,3 +883,29 @@ def test_stats_survive_pickling_and_still_batch() -> None:
     assert restored[0].layout is restored[1].layout  # one layout: stats_table stacks them
     assert S.stats_table(restored) == S.stats_table(values)
     assert restored[1].edges("hist") == values[1].edges("hist")
+
+
+def test_cpu_stats_pickle_and_load_from_older_versions() -> None:
+    import pickle
+
+    stats = S.compute(torch.randn(100))
+    restored = pickle.loads(pickle.dumps(stats))
+    assert restored.to_dict() == stats.to_dict()
+    # Older versions pickled the slots layout/raw/numel; unpickling sets them by name.
+    old = S.Stats.__new__(S.Stats)
+    for name, value in {"layout": stats.layout, "raw": stats.raw.clone(), "numel": 100}.items():
+        setattr(old, name, value)
+    assert old.to_dict() == stats.to_dict() and old.nbytes == stats.nbytes == 4 * 8
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.5, 1.0, 1.7, 1.8, 3.0, 30.0, 1e4])
+def test_spread_accurate_at_any_mean_to_std_ratio(ratio: float) -> None:
+    # Large float32 tensors, |mean| / std on both sides of where the one-pass CPU moments
+    # hand over to the two-pass computation (sqrt(3)); std and rms against float64.
+    gen = torch.Generator().manual_seed(4)
+    x = (torch.randn(300_000, generator=gen) + ratio) * 0.37
+    x64 = x.double()
+    got = S.compute(x.view(600, 500).t(), ["mean", "std", "rms"]).to_dict()
+    assert got["std"] == pytest.approx(x64.std().item(), rel=2e-5)
+    assert got["rms"] == pytest.approx(x64.square().mean().sqrt().item(), rel=2e-5)
+    assert got["mean"] == pytest.approx(x64.mean().item(), rel=1e-5, abs=1e-6)
