@@ -4,7 +4,9 @@ A `StatsFn` (built by `parse`) turns a tensor into a `Stats`: a few numbers comp
 handful of passes over the tensor and kept *on the tensor's device* in one small float64
 vector, so a hook never waits for the GPU. The named statistics (`"std"`, `"rms"`, ...) are
 derived from that vector only when they are read, and `stats_table` reads many `Stats` at
-once with one transfer per device.
+once with one transfer per device. (On the CPU, where nothing runs asynchronously, the few
+numbers are read back as they are computed: that lets mean and spread take one vectorised
+pass fewer, see `_cpu_moments`.)
 
 Built-in statistic names (see `NAMES`):
 
@@ -18,9 +20,10 @@ Built-in statistic names (see `NAMES`):
   included). Values exactly at a limit are representable and not counted.
 
 Fractions are over all `numel` values. An empty tensor gives `numel` 0, counts 0 and NaN
-for everything else. When a tensor holds any NaN or ±inf (or its spread overflows the
-reduction dtype), `mean`, `std` and `rms` are NaN, on every device (count the culprits with
-`nonfinite`); `min`, `max`, `abs_max` and `abs_mean` follow IEEE rules (NaN wins, then inf).
+for everything else. When a tensor holds any NaN or ±inf, `mean`, `std` and `rms` are NaN,
+on every device (count the culprits with `nonfinite`); when only its spread overflows the
+reduction dtype, `std` and `rms` are inf. `min`, `max`, `abs_max` and `abs_mean` follow
+IEEE rules (NaN wins, then inf).
 float16/bfloat16/float8 tensors are reduced in float32, integer and bool tensors in float64,
 float32/float64 tensors in their own precision (so the squares behind `std`/`rms` of a
 float32 tensor overflow beyond about 1e19).
@@ -86,7 +89,8 @@ NAMES: tuple[str, ...] = _BASE_NAMES + tuple(f"{f}_{k}" for f in FORMATS for k i
 """Every built-in statistic name, in a stable order."""
 
 DEFAULT: tuple[str, ...] = ("mean", "std", "rms", "abs_max", "min", "max", "numel")
-"""What `stats=True` computes: two passes over the tensor (mean/spread and min/max)."""
+"""What `stats=True` computes: mean/spread and min/max, two reductions on a GPU (`std_mean`,
+`aminmax`) and three vectorised passes on the CPU (`sum`, `dot`, `aminmax`)."""
 
 _HIST_EXTRAS = ("below", "above", "zero", "nonfinite", "rejected")
 
@@ -719,13 +723,14 @@ def _cpu_moments(x: Tensor) -> tuple[float, float]:
     `var = dot/n - mean**2`. That subtraction cancels the leading bits the two terms share:
     when `mean**2` is more than 3 times `var` (under a quarter of `dot/n` remains), the
     classic two-pass `norm(x - mean)` is computed instead, so the result never has more than
-    4 times the sums' own relative error (NaN and inf take that path too).
+    4 times the sums' own relative error (NaN, inf and overflowing squares take that path
+    too).
     """
     n = x.numel()
     mean = x.sum().item() / n
     square_mean = torch.dot(x, x).item() / n
     var = square_mean - mean * mean
-    if var >= 0.25 * square_mean:
+    if 0.25 * square_mean <= var < _INF:  # also false for NaN, and for squares overflowing
         return mean, math.sqrt(var)
     centre = x.mean()
     return centre.item(), torch.linalg.vector_norm(x - centre).item() / math.sqrt(n)
@@ -1147,7 +1152,7 @@ def _column(i: int) -> _Derive:
 def _add_base_derivers(derivers: dict[str, _Derive], names: set[str], slot: dict[str, int]) -> None:
     if "mean" in slot:
         m, s = slot["mean"], slot["std0"]
-        # Welford (GPU) and two-pass (CPU) both give a NaN spread as soon as one value is
+        # Welford (GPU) and the CPU moments both give a NaN spread as soon as one value is
         # non-finite, but the mean can come out ±inf or NaN depending on the order of
         # accumulation; report NaN consistently.
         derivers["mean"] = lambda r, n: torch.where(r[:, s].isnan(), r[:, s], r[:, m])
