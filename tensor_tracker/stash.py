@@ -132,17 +132,28 @@ def default_stash(event: Event, stash_value: StashValueFn) -> Stash:
         >>> default_stash(event, default_stash_value)
         Stash(name='0', type=<class 'torch.nn.modules.linear.Linear'>, grad=False, value=tensor(...))
     """
-    return Stash(
-        event.name,
-        event.type,
-        event.grad,
-        rmap_tensor(event.value, stash_value),
-        event.call,
-        event.step,
-        event.kind,
-        event.attr,
-        event.training,
+    e = event
+    return _stash(
+        e.name, e.type, e.grad, e.value, stash_value, e.call, e.step, e.kind, e.attr, e.training
     )
+
+
+def _stash(
+    name: str,
+    type_: type[nn.Module],
+    grad: bool,
+    value: Any,
+    stash_value: StashValueFn,
+    call: int,
+    step: int,
+    kind: Kind,
+    attr: str,
+    training: bool,
+) -> Stash:
+    # What default_stash builds, from the fields themselves: the tracker's hooks call this
+    # directly, without building an Event first.
+    kept = rmap_tensor(value, stash_value)
+    return Stash(name, type_, grad, kept, call, step, kind, attr, training)
 
 
 class _BoundDefaultStash:

@@ -12,9 +12,18 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from .stash import Event, Kind, Stash, StashFn, StashValueFn, _BoundDefaultStash, get_stash_fn
+from .stash import (
+    Event,
+    Kind,
+    Stash,
+    StashFn,
+    StashValueFn,
+    _BoundDefaultStash,
+    _stash,
+    get_stash_fn,
+)
 from .stats import Stats
-from .structure import iter_leaves, iter_tensors, rmap_tensor
+from .structure import iter_leaves, iter_tensors
 
 if TYPE_CHECKING:
     import pandas
@@ -509,9 +518,10 @@ class Tracker:
         training: bool,
     ) -> None:
         stash_value = self._default_value
-        if stash_value is not None:  # what default_stash builds from the Event, directly
-            kept = rmap_tensor(value, stash_value)
-            stash = Stash(reg.name, reg.type, grad, kept, call, self._step, kind, attr, training)
+        if stash_value is not None:
+            stash = _stash(
+                reg.name, reg.type, grad, value, stash_value, call, self._step, kind, attr, training
+            )
         else:
             event = Event(
                 reg.name,
