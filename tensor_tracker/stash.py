@@ -194,6 +194,10 @@ class CopyValue:
         ...     model(x)
     """
 
+    builtin_stash_value = True
+    """Marks the library's own stash values: the tracker records what they cannot handle
+    as `Unrecordable` instead of raising (a user's function raises as it likes)."""
+
     def __init__(
         self,
         device: str | torch.device | None = "cpu",
@@ -233,6 +237,8 @@ class CopyValue:
     def _copy(self, tensor: Tensor) -> Tensor:
         value = tensor.detach()
         if self.sample is not None and value.numel() > self.sample:
+            if value.layout != torch.strided:  # sparse: sample the dense tensor
+                value = value.to_dense()
             index = torch.randperm(
                 value.numel(), generator=self._generator(value.device), device=value.device
             )[: self.sample]

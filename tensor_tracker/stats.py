@@ -19,6 +19,9 @@ Built-in statistic names (see `NAMES`):
   and `F_subnormal` (fraction nonzero with `|x| < min_normal`, the underflowing ones
   included). Values exactly at a limit are representable and not counted.
 
+Sparse tensors (e.g. the gradient of `nn.Embedding(sparse=True)`) are summarised as the
+dense tensors they stand for: implicit zeros count as values.
+
 Fractions are over all `numel` values. An empty tensor gives `numel` 0, counts 0 and NaN
 for everything else. When a tensor holds any NaN or ±inf, `mean`, `std` and `rms` are NaN,
 on every device (count the culprits with `nonfinite`); when only its spread overflows the
@@ -982,6 +985,10 @@ class StatsFn:
         "layout",
     )
 
+    builtin_stash_value = True
+    """Marks the library's own stash values: the tracker records what they cannot handle
+    as `Unrecordable` instead of raising (a user's function raises as it likes)."""
+
     def __init__(self, spec: Spec = True, *, compile: bool = False) -> None:
         items = _items(spec)
         if not items:
@@ -1083,6 +1090,10 @@ class StatsFn:
     def _compute(self, tensor: Tensor) -> Stats:
         # Gradients seen in backward hooks need no detaching (one tensor object less).
         x = tensor.detach() if tensor.requires_grad else tensor
+        if x.layout != torch.strided:
+            # Sparse gradients (nn.Embedding(sparse=True)) and other layouts: the statistics
+            # of the dense tensor they stand for, implicit zeros included.
+            x = x.to_dense()
         numel = x.numel()
         if numel == 0:
             return Stats(self.layout, self.layout._empty_raw(x.device), 0)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import inspect
 import re
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, overload
 
 import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from ._grad_hooks import Gather, Tap, handle_is_dead, in_backward, unrecordable
 from .stash import (
     Event,
     Kind,
@@ -20,6 +21,7 @@ from .stash import (
     StashValueFn,
     _BoundDefaultStash,
     _stash,
+    default_stash_value,
     get_stash_fn,
 )
 from .stats import Stats
@@ -81,47 +83,47 @@ def _value_nbytes(value: Any, seen: set[int] | None = None) -> int:
     return total
 
 
-def _handle_is_dead(handle: Any) -> bool:
-    """A tensor hook's handle is dead once its autograd graph (and tensor) have been freed."""
-    handles = getattr(handle, "handles", (handle,))  # register_multi_grad_hook's handle
-    return all(h.hooks_dict_ref() is None for h in handles)
+_RECENT_TAPS = 8
+"""How many recently hooked tensors a new hook is compared with, to share one tap."""
 
 
-def _grad_target(tensor: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor] | None]:
-    """Where to hook for `tensor`'s gradient, and how to turn that gradient into it.
+class _Guarded:
+    """One of the library's own `StashValueFn`s, made never to raise into the user's pass:
+    a tensor it cannot handle is kept as an `Unrecordable` (with one warning)."""
 
-    A hook on a view (e.g. `nn.Linear`'s output for a 3-D input) never fires if the view is
-    later modified in place (`h += x`): autograd replaces the view's node. A hook on its base
-    fires in both cases, with the gradient of the base as it was when hooked; the view's
-    gradient is that gradient seen through the view's size, strides and offset.
-    """
-    base = tensor._base if tensor._is_view() else None
-    if base is None or not base.requires_grad:
-        return tensor, None
-    size, stride = tensor.size(), tensor.stride()
-    offset = tensor.storage_offset() - base.storage_offset()
-    base_size, base_stride = base.size(), base.stride()
+    __slots__ = ("fn",)
 
-    def to_view(grad: Tensor) -> Tensor:
-        if grad.stride() != base_stride:  # rare: lay the gradient out like the base
-            grad = torch.empty_strided(
-                base_size, base_stride, dtype=grad.dtype, device=grad.device
-            ).copy_(grad)
-        return grad.as_strided(size, stride, grad.storage_offset() + offset)
+    def __init__(self, fn: StashValueFn) -> None:
+        self.fn = fn
 
-    return base, to_view
+    def __call__(self, tensor: Tensor) -> Any:
+        try:
+            return self.fn(tensor)
+        except Exception as error:
+            return unrecordable(tensor, error)
 
 
-def _in_backward() -> bool:
-    """Whether autograd is running a backward pass in this thread: forward hooks fire then
-    when activation checkpointing recomputes a forward pass."""
-    return torch._C._current_graph_task_id() != -1
+def _guard(fn: StashValueFn) -> StashValueFn:
+    # A user's own stash_value raises as it likes: that error is theirs to see.
+    builtin = fn is default_stash_value or getattr(fn, "builtin_stash_value", False)
+    return _Guarded(fn) if builtin else fn
 
 
 class _Registration:
     """One registered module and what its hooks need, resolved once at `register` time."""
 
-    __slots__ = ("arg_names", "calls", "grad", "module", "name", "param_step", "params", "type")
+    __slots__ = (
+        "arg_names",
+        "calls",
+        "grad",
+        "module",
+        "name",
+        "no_grad_call",
+        "no_grad_hooked",
+        "param_step",
+        "params",
+        "type",
+    )
 
     def __init__(self, module: nn.Module, name: str, grad: bool) -> None:
         self.module = module
@@ -130,6 +132,11 @@ class _Registration:
         self.grad = grad
         self.calls = 0
         self.param_step = -1
+        # The last call that ran without autograd (as in reentrant activation checkpointing)
+        # and the (kind, attr) whose gradients were hooked all the same (tensors that
+        # required grad already): a recomputation of that call hooks the others.
+        self.no_grad_call = -1
+        self.no_grad_hooked: set[tuple[Kind, str]] = set()
         self.params = list(module.named_parameters(recurse=False))
         self.arg_names: tuple[str, ...] = ()
         try:
@@ -209,7 +216,9 @@ class Tracker:
         # With the standard StashFn the hooks build each Stash directly (no Event); only
         # stashes built by a user's own StashFn need the tracker to stamp call/step/kind.
         self._default_value: StashValueFn | None = (
-            self._stash_fn.stash_value if isinstance(self._stash_fn, _BoundDefaultStash) else None
+            _guard(self._stash_fn.stash_value)
+            if isinstance(self._stash_fn, _BoundDefaultStash)
+            else None
         )
         stash_value = getattr(self._stash_fn, "stash_value", None)
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
@@ -229,9 +238,7 @@ class Tracker:
         self._grad_handles: list[Any] = []
         self._attached = False
         self._prune_at = 1024
-        self._last_hooked: (
-            tuple[weakref.ref[Tensor], int, list[Callable[[Tensor], None]]] | None
-        ) = None
+        self._recent_taps: list[tuple[weakref.ref[Tensor], int, Tap]] = []
 
     # -- registration ------------------------------------------------------------------
 
@@ -348,7 +355,7 @@ class Tracker:
         self._handles.clear()
         self._grad_handles.clear()
         self._attached = False
-        self._last_hooked = None
+        self._recent_taps.clear()
 
     # -- hooks (hot path: no host synchronisation, little Python) -------------------------
 
@@ -359,12 +366,8 @@ class Tracker:
             training = module.training
             if self._train_only and not training:
                 return
-            if _in_backward():
-                # Activation checkpointing re-running a forward that was already recorded:
-                # only its gradients are new (with use_reentrant=True the first run had
-                # no graph), and they belong to the call being recomputed.
-                if reg.grad:
-                    self._hook_grads(reg, output, max(reg.calls - 1, 0), "output", "", training)
+            if in_backward():
+                self._recomputed(reg, output, "output", "", training)
                 return
             call = reg.calls
             reg.calls = call + 1
@@ -377,7 +380,14 @@ class Tracker:
     def _pre_hook(self, reg: _Registration) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             training = module.training
-            if (self._train_only and not training) or _in_backward():
+            if self._train_only and not training:
+                return
+            if in_backward():
+                if self._inputs:
+                    for index, value in enumerate(args):
+                        self._recomputed(reg, value, "input", reg.arg_name(index), training)
+                    for key, value in kwargs.items():
+                        self._recomputed(reg, value, "input", key, training)
                 return
             call = reg.calls
             if not self._outputs:  # otherwise the forward hook counts the call
@@ -411,6 +421,16 @@ class Tracker:
             if reg.grad:
                 self._hook_grads(reg, value, call, "input", attr, training)
 
+    def _recomputed(
+        self, reg: _Registration, value: Any, kind: Kind, attr: str, training: bool
+    ) -> None:
+        """Activation checkpointing re-runs a forward pass during `backward()`: its values
+        were recorded already, but when the first run had no autograd graph
+        (`use_reentrant=True`), this run's graph is the one whose gradients come back."""
+        call = max(reg.calls - 1, 0)
+        if reg.grad and reg.no_grad_call == call and (kind, attr) not in reg.no_grad_hooked:
+            self._hook_grads(reg, value, call, kind, attr, training)
+
     def _param_grad_hook(self, reg: _Registration, attr: str) -> Callable[[Tensor], None]:
         def hook(param: Tensor) -> None:
             training = reg.module.training
@@ -436,73 +456,66 @@ class Tracker:
     def _hook_grads(
         self, reg: _Registration, value: Any, call: int, kind: Kind, attr: str, training: bool
     ) -> None:
-        """Hook the gradients of the tensors in `value`. Tensor hooks add no autograd node,
-        so gradients stay bitwise identical and later in-place ops on `value` are allowed;
-        a hook registered now sees the gradient of the value as it is now."""
+        """Hook the gradients of the tensors in `value`, recorded as one gradient stash per
+        backward pass (see `_grad_hooks`). Tensor hooks add no autograd node, so gradients
+        stay bitwise identical and later in-place ops on `value` are allowed; a hook
+        registered now sees the gradient of the value as it is now."""
         if isinstance(value, Tensor):
-            if not value.requires_grad:
-                return
+            tensors = [value]
+            wanted = [0] if value.requires_grad else []
+        else:
+            tensors = list(iter_tensors(value))
+            wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
+        if not torch.is_grad_enabled():
+            if reg.no_grad_call != call:
+                reg.no_grad_call = call
+                reg.no_grad_hooked.clear()
+            if wanted:
+                reg.no_grad_hooked.add((kind, attr))
+        if not wanted:
+            return
+        if tensors[0] is value:
 
-            def one(grad: Tensor) -> None:
+            def one(grad: Any) -> None:
                 self._record(reg, True, (grad,), (), {}, call, kind, attr, training)
 
             self._hook_tensor(value, one)
             return
-        tensors = list(iter_tensors(value))
-        wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
-        if not wanted:
-            return
-        count = len(tensors)
 
-        def many(grads: Sequence[Tensor | None]) -> None:
-            full: list[Tensor | None] = [None] * count
-            for i, g in zip(wanted, grads):
-                full[i] = g
-            self._record(reg, True, tuple(full), (), {}, call, kind, attr, training)
+        def many(grads: tuple[Any, ...]) -> None:
+            self._record(reg, True, grads, (), {}, call, kind, attr, training)
 
-        if len(wanted) == 1:
-            self._hook_tensor(tensors[wanted[0]], lambda grad: many((grad,)))
-            return
-        targets = [_grad_target(tensors[i]) for i in wanted]
+        gather = Gather(len(tensors), many)
+        for i in wanted:
+            tap = self._hook_tensor(tensors[i], gather.callback(i))
+            gather.add(i, tensors[i], tap)
 
-        def gather(grads: Sequence[Tensor | None]) -> None:
-            many(
-                [
-                    g if g is None or to_view is None else to_view(g)
-                    for g, (_, to_view) in zip(grads, targets)
-                ]
-            )
-
-        self._keep_grad_handle(
-            torch.autograd.graph.register_multi_grad_hook([t for t, _ in targets], gather)
-        )
-
-    def _hook_tensor(self, tensor: Tensor, callback: Callable[[Tensor], None]) -> None:
+    def _hook_tensor(self, tensor: Tensor, callback: Callable[[Any], None]) -> Tap:
         """Call `callback` with `tensor`'s gradient. A parent module often returns its last
         child's output object unchanged; then one hook serves both, and calls the parent's
         callback first so gradients are recorded from the output back towards the input."""
-        last = self._last_hooked
-        if last is not None and last[0]() is tensor and last[1] == tensor._version:
-            last[2].insert(0, callback)
-            return
-        callbacks = [callback]
-        target, to_view = _grad_target(tensor)
-
-        def dispatch(grad: Tensor) -> None:
-            if to_view is not None:
-                grad = to_view(grad)
-            for fn in callbacks:
-                fn(grad)
-
-        self._keep_grad_handle(target.register_hook(dispatch))  # type: ignore[no-untyped-call]
-        self._last_hooked = (weakref.ref(tensor), tensor._version, callbacks)
+        version = tensor._version
+        recent = self._recent_taps
+        for ref, seen_version, seen_tap in recent:
+            if ref() is tensor and seen_version == version:
+                seen_tap.callbacks.insert(0, callback)
+                return seen_tap
+        tap = Tap(tensor, [callback])
+        for handle in tap.handles:
+            self._keep_grad_handle(handle)
+        # A few, not one: a parent returning (loss, logits) hooks loss before it meets its
+        # child's logits again.
+        if len(recent) == _RECENT_TAPS:
+            del recent[0]
+        recent.append((weakref.ref(tensor), version, tap))
+        return tap
 
     def _keep_grad_handle(self, handle: Any) -> None:
         handles = self._grad_handles
         handles.append(handle)
         if len(handles) > self._prune_at:
             # Handles of finished graphs are dead; forget them so long runs don't grow.
-            handles[:] = [h for h in handles if not _handle_is_dead(h)]
+            handles[:] = [h for h in handles if not handle_is_dead(h)]
             self._prune_at = max(1024, 2 * len(handles))
 
     def _record(

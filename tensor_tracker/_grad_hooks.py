@@ -1,0 +1,294 @@
+"""Reading d loss / d tensor for tensors a module returned, with tensor hooks only.
+
+Tensor hooks add no autograd node, so tracked gradients stay bitwise identical. Two
+autograd details make "the gradient of this tensor" harder than `tensor.register_hook`:
+
+- **Views.** A hook on a view that is later modified in place (`h += x` on `nn.Linear`'s
+  output for a 3-D input, which is a view of a 2-D matmul result) never fires: the in-place
+  op routes the gradient around the view's node, through a `CopySlices` node into the
+  base's node. `_Tap` hooks the view itself (exact whenever the view's node is used) and
+  its base as a fallback, sliced to the view, used only when the view's storage was
+  modified in place and the view's own hook did not fire. That fallback is exact when the
+  base has no use besides this view (as for `nn.Linear`'s internal matmul result).
+- **Several tensors per call.** One gradient stash per module call holds every output
+  tensor's gradient. `_Gather` collects them per backward pass (autograd graph task) and
+  records once: as soon as every tensor that will get a gradient has one, or, at the
+  latest, when the backward pass ends (`queue_callback`). Unlike
+  `torch.autograd.graph.register_multi_grad_hook`, it counts the tensor `backward()` was
+  called on, which the engine reports as "not executed".
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Gather",
+    "Tap",
+    "Unrecordable",
+    "gradient_node",
+    "graph_task_id",
+    "handle_is_dead",
+    "in_backward",
+    "unrecordable",
+]
+
+
+def graph_task_id() -> int:
+    """The autograd graph task running in this thread (-1 outside `backward()`)."""
+    # Private, but the only way to tell backward passes apart from inside a hook; it is
+    # what register_multi_grad_hook uses too.
+    return torch._C._current_graph_task_id()
+
+
+def in_backward() -> bool:
+    """Whether autograd is running a backward pass in this thread: forward hooks fire then
+    when activation checkpointing recomputes a forward pass."""
+    return graph_task_id() != -1
+
+
+def gradient_node(tensor: Tensor) -> Any:
+    """The autograd node that receives `tensor`'s gradient (a leaf's gradient accumulator)."""
+    get_edge = getattr(torch.autograd.graph, "get_gradient_edge", None)  # torch >= 2.2
+    return tensor.grad_fn if get_edge is None else get_edge(tensor).node
+
+
+def _will_execute(node: Any) -> bool:
+    return bool(torch._C._will_engine_execute_node(node))
+
+
+def _queue_at_end_of_backward(callback: Callable[[], None]) -> None:
+    # Runs `callback` when the current backward pass (graph task) finishes; DDP and FSDP
+    # use the same engine entry point for their end-of-backward work.
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
+class Unrecordable:
+    """Stands in for a value the tracker could not record, with the reason.
+
+    A hook never raises into the user's forward or backward pass because of a tensor the
+    tracker cannot handle (an exotic layout, a dtype-reinterpreting view modified in
+    place, ...): it records an `Unrecordable` and warns once per reason.
+
+    Attributes:
+        reason: why the value was not recorded.
+        type_name: the type (and for tensors layout, dtype and shape) of what was skipped.
+    """
+
+    __slots__ = ("reason", "type_name")
+    nbytes = 0
+
+    def __init__(self, reason: str, type_name: str) -> None:
+        self.reason = reason
+        self.type_name = type_name
+
+    def __repr__(self) -> str:
+        return f"Unrecordable({self.type_name}: {self.reason})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Unrecordable) and (self.reason, self.type_name) == (
+            other.reason,
+            other.type_name,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.reason, self.type_name))
+
+
+_WARNED: set[str] = set()
+
+
+def unrecordable(value: Any, error: BaseException | str) -> Unrecordable:
+    """An `Unrecordable` for `value`, warning once per kind of failure."""
+    if isinstance(value, Tensor):
+        what = f"Tensor(layout={value.layout}, dtype={value.dtype}, shape={tuple(value.shape)})"
+    else:
+        what = type(value).__qualname__
+    reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    key = reason.split("\n", 1)[0][:200]
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(
+            f"tensor_tracker could not record a {what} ({key}); it keeps an Unrecordable "
+            "placeholder there and goes on. Please report this with the model.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return Unrecordable(reason, what)
+
+
+GradCallback = Callable[[Any], None]
+
+
+class Tap:
+    """Delivers d loss / d `tensor` (as returned, before later in-place changes) to its
+    callbacks, once per backward pass; see the module docstring for views."""
+
+    __slots__ = (
+        "_base_ref",
+        "_done_task",
+        "_geometry",
+        "_tensor_ref",
+        "_version",
+        "callbacks",
+        "handles",
+    )
+
+    def __init__(self, tensor: Tensor, callbacks: list[GradCallback]) -> None:
+        self.callbacks = callbacks
+        self._done_task = -1
+        base = tensor._base if tensor._is_view() else None
+        if base is None or not base.requires_grad:
+            self._geometry: tuple[Any, ...] | None = None
+            self._tensor_ref: weakref.ref[Tensor] | None = None
+            self._base_ref: weakref.ref[Tensor] | None = None
+            self._version = 0
+            self.handles: list[Any] = [
+                tensor.register_hook(self._deliver)  # type: ignore[no-untyped-call]
+            ]
+            return
+        # Both weak: the version counter (shared by a view and its base) tells whether the
+        # storage was modified in place, without keeping the storage alive.
+        self._tensor_ref = weakref.ref(tensor)
+        self._base_ref = weakref.ref(base)
+        self._version = tensor._version
+        self._geometry = (
+            tensor.size(),
+            tensor.stride(),
+            tensor.storage_offset(),
+            tensor.dtype,
+            base.size(),
+            base.stride(),
+            base.storage_offset(),
+        )
+        self.handles = [
+            tensor.register_hook(self._from_view),  # type: ignore[no-untyped-call]
+            base.register_hook(self._from_base),  # type: ignore[no-untyped-call]
+        ]
+
+    @property
+    def exact(self) -> bool:
+        """Whether the gradient comes from one hook whose node `will_execute` can judge."""
+        return self._geometry is None
+
+    def _deliver(self, grad: Any) -> None:
+        for callback in self.callbacks:
+            callback(grad)
+
+    def _from_view(self, grad: Tensor) -> None:
+        self._done_task = graph_task_id()
+        self._deliver(grad)
+
+    def _modified(self) -> bool:
+        """Whether the view's storage was modified in place since it was hooked (True when
+        neither the view nor its base is alive any more to tell)."""
+        alive = self._tensor_ref() if self._tensor_ref is not None else None
+        if alive is None and self._base_ref is not None:
+            alive = self._base_ref()
+        return alive is None or alive._version != self._version
+
+    def _from_base(self, grad: Tensor) -> None:
+        if self._done_task == graph_task_id() or not self._modified():
+            return  # the view's own hook fired, or the view got no gradient at all
+        try:
+            value: Any = _slice_like_view(grad, self._geometry)
+        except Exception as error:  # never break the user's backward()
+            value = unrecordable(grad, error)
+        self._deliver(value)
+
+
+def _slice_like_view(grad: Tensor, geometry: tuple[Any, ...] | None) -> Tensor:
+    """The part of a base's gradient that belongs to the view described by `geometry`."""
+    assert geometry is not None
+    size, stride, offset, dtype, base_size, base_stride, base_offset = geometry
+    if grad.stride() != base_stride:  # rare: lay the gradient out like the base
+        grad = torch.empty_strided(
+            base_size, base_stride, dtype=grad.dtype, device=grad.device
+        ).copy_(grad)
+    if dtype != grad.dtype:
+        # A view that reinterprets the base's dtype (torch.view_as_real, Tensor.view(dtype)):
+        # offsets are counted in elements of each tensor's own dtype.
+        if grad.is_complex() and not dtype.is_complex:
+            grad = torch.view_as_real(grad)
+        elif dtype.is_complex and not grad.is_complex():
+            grad = torch.view_as_complex(grad)
+        else:
+            grad = grad.view(dtype)
+        ratio = torch.empty((), dtype=grad.dtype).element_size() / _itemsize(dtype)
+        base_offset = int(base_offset * ratio) if ratio >= 1 else math.floor(base_offset * ratio)
+    return grad.as_strided(size, stride, grad.storage_offset() + offset - base_offset)
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+class Gather:
+    """Collects the gradients of several tensors of one module call into one record per
+    backward pass: `record(tuple_of_gradients)` with `None` where none arrived."""
+
+    __slots__ = ("_arrived", "_buffer", "_expected", "_task", "count", "nodes", "record")
+
+    def __init__(self, count: int, record: Callable[[tuple[Any, ...]], None]) -> None:
+        self.count = count
+        self.record = record
+        # (index, node) of each tensor whose Tap is exact; None once any Tap is not.
+        self.nodes: list[tuple[int, Any]] | None = []
+        self._task = -1
+        self._buffer: list[Any] | None = None
+        self._arrived = 0
+        self._expected: float = 0
+
+    def add(self, index: int, tensor: Tensor, tap: Tap) -> None:
+        """Register `tensor` (number `index` of the call's tensors), read by `tap`."""
+        if self.nodes is not None:
+            if tap.exact:
+                self.nodes.append((index, gradient_node(tensor)))
+            else:
+                self.nodes = None
+
+    def callback(self, index: int) -> GradCallback:
+        """The callback that puts the gradient of tensor number `index`."""
+        return lambda grad: self._put(index, grad)
+
+    def _put(self, index: int, grad: Any) -> None:
+        task = graph_task_id()
+        if task != self._task or self._buffer is None:
+            if task == self._task:
+                return  # a late fallback gradient after this pass was recorded
+            self._task = task
+            self._buffer = [None] * self.count
+            self._arrived = 0
+            self._expected = self._count_expected(index)
+            _queue_at_end_of_backward(self._flush)
+        self._buffer[index] = grad
+        self._arrived += 1
+        if self._arrived >= self._expected:
+            self._flush()
+
+    def _count_expected(self, first: int) -> float:
+        """How many gradients this backward pass will deliver (inf when it cannot tell,
+        then the record waits for the end of the pass)."""
+        if self.nodes is None:
+            return math.inf
+        # The tensor `backward()` starts from is reported as not executed, yet its hook
+        # fires, and always first.
+        return sum(1 for i, node in self.nodes if i == first or _will_execute(node))
+
+    def _flush(self) -> None:
+        buffer = self._buffer
+        if buffer is not None:
+            self._buffer = None
+            self.record(tuple(buffer))
+
+
+def handle_is_dead(handle: Any) -> bool:
+    """Whether a tensor hook's handle belongs to a freed autograd graph (and tensor)."""
+    return handle.hooks_dict_ref() is None
