@@ -131,40 +131,28 @@ class Tap:
     """Delivers d loss / d `tensor` (as returned, before later in-place changes) to its
     callbacks, once per backward pass; see the module docstring for views."""
 
-    __slots__ = (
-        "_base_ref",
-        "_done_task",
-        "_geometry",
-        "_tensor_ref",
-        "_version",
-        "callbacks",
-        "handles",
-    )
+    __slots__ = ("_base_ref", "_done_task", "_geometry", "_version", "callbacks", "handles")
 
     def __init__(self, tensor: Tensor, callbacks: list[GradCallback]) -> None:
         self.callbacks = callbacks
-        self._done_task = -1
         base = tensor._base if tensor._is_view() else None
         if base is None or not base.requires_grad:
             self._geometry: tuple[Any, ...] | None = None
-            self._tensor_ref: weakref.ref[Tensor] | None = None
-            self._base_ref: weakref.ref[Tensor] | None = None
-            self._version = 0
             self.handles: list[Any] = [
                 tensor.register_hook(self._deliver)  # type: ignore[no-untyped-call]
             ]
             return
-        # Both weak: the version counter (shared by a view and its base) tells whether the
-        # storage was modified in place, without keeping the storage alive.
-        self._tensor_ref = weakref.ref(tensor)
+        self._done_task = -1
+        # Weak, so the storage is not kept alive: the base's Python object lives as long as
+        # the base does (the view holds it), and its version counter, shared with every
+        # view, tells whether the storage was modified in place.
         self._base_ref = weakref.ref(base)
-        self._version = tensor._version
+        self._version = base._version
         self._geometry = (
             tensor.size(),
             tensor.stride(),
             tensor.storage_offset(),
             tensor.dtype,
-            base.size(),
             base.stride(),
             base.storage_offset(),
         )
@@ -188,11 +176,9 @@ class Tap:
 
     def _modified(self) -> bool:
         """Whether the view's storage was modified in place since it was hooked (True when
-        neither the view nor its base is alive any more to tell)."""
-        alive = self._tensor_ref() if self._tensor_ref is not None else None
-        if alive is None and self._base_ref is not None:
-            alive = self._base_ref()
-        return alive is None or alive._version != self._version
+        the base is gone and cannot tell)."""
+        base = self._base_ref()
+        return base is None or base._version != self._version
 
     def _from_base(self, grad: Tensor) -> None:
         if self._done_task == graph_task_id() or not self._modified():
@@ -207,10 +193,10 @@ class Tap:
 def _slice_like_view(grad: Tensor, geometry: tuple[Any, ...] | None) -> Tensor:
     """The part of a base's gradient that belongs to the view described by `geometry`."""
     assert geometry is not None
-    size, stride, offset, dtype, base_size, base_stride, base_offset = geometry
+    size, stride, offset, dtype, base_stride, base_offset = geometry
     if grad.stride() != base_stride:  # rare: lay the gradient out like the base
         grad = torch.empty_strided(
-            base_size, base_stride, dtype=grad.dtype, device=grad.device
+            grad.size(), base_stride, dtype=grad.dtype, device=grad.device
         ).copy_(grad)
     if dtype != grad.dtype:
         # A view that reinterprets the base's dtype (torch.view_as_real, Tensor.view(dtype)):
