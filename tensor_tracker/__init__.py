@@ -18,6 +18,7 @@ Where things live:
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;
 # they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
 from . import formats, integrations, models, plot, stats, widgets
+from ._grad_hooks import Unrecordable
 from .api import track
 from .stash import (
     CopyValue,
@@ -40,6 +41,7 @@ __all__ = [
     "StashFn",
     "StashValueFn",
     "Tracker",
+    "Unrecordable",
     "default_stash",
     "default_stash_value",
     "formats",

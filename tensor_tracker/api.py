@@ -54,9 +54,16 @@ def track(
 
     A gradient stash holds, for each output tensor, d loss / d tensor (what
     `torch.autograd.grad(loss, tensor)` gives) for the value the module returned, before any
-    later in-place change. Gradients are read with tensor hooks, which add no autograd node;
-    so if a module also uses a tensor it returns inside itself (`return h, 2 * h`), that use
-    is part of the gradient too.
+    later in-place change; one stash per module call and backward pass, with `None` for an
+    output no gradient reached. Gradients are read with tensor hooks, which add no autograd
+    node; so if a module also uses a tensor it returns inside itself (`return h, 2 * h`),
+    that use is part of the gradient too. An output that is a view of a larger tensor
+    (`h[:, :2]`, `nn.Linear`'s output for 3-D input) gets its own gradient, not that of the
+    larger tensor; only when such a view is modified in place later (`h += x`) is its
+    gradient read from the larger tensor, which is exact unless that tensor is also used
+    elsewhere. A value the tracker cannot handle never breaks your forward or backward
+    pass: it is kept as an `Unrecordable` placeholder with the reason, and a warning says so
+    once.
 
     Choosing what to record:
         - `include="layers\\.\\d+$"`, `exclude="dropout"`: regexes searched in module names.
