@@ -283,3 +283,82 @@ def test_a_users_own_stash_value_raises_as_it_likes() -> None:
 
     with pytest.raises(ValueError, match="mine"), track(model, stash_value=broken):
         model(torch.randn(1, 2))
+
+
+def every_output_gradient_matches_autograd(model: nn.Module, run: Any) -> int:
+    """Track `model` while `run(model)` returns a loss; compare every recorded output
+    gradient with `torch.autograd.grad` on the same graph. Returns how many were compared."""
+    outputs: dict[tuple[str, int], list[Tensor]] = {}
+    handles = []
+    for name, module in model.named_modules():
+
+        def keep(module: nn.Module, args: Any, output: Any, name: str = name) -> None:
+            calls = sum(1 for key in outputs if key[0] == name)
+            tensors = [t for t in tensor_tracker.structure.iter_tensors(output)]
+            outputs[(name, calls)] = tensors
+
+        handles.append(module.register_forward_hook(keep))
+    try:
+        with track(model) as t:
+            loss = run(model)
+            loss.backward(retain_graph=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    compared = 0
+    for stash in t:
+        if not stash.grad:
+            continue
+        tensors = outputs[(stash.name, stash.call)]
+        wanted = [(i, x) for i, x in enumerate(tensors) if x.requires_grad]
+        expected = torch.autograd.grad(
+            loss, [x for _, x in wanted], retain_graph=True, allow_unused=True
+        )
+        for (i, _), grad in zip(wanted, expected, strict=True):
+            recorded = stash.value[i]
+            if grad is None:
+                assert recorded is None, (stash.name, i)
+            else:
+                assert torch.equal(recorded, grad), (stash.name, i)
+                compared += 1
+    return compared
+
+
+def test_every_gradient_of_a_hugging_face_model_matches_autograd() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+        num_labels=3,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(config).eval()
+    ids = torch.randint(0, 100, (2, 7))
+
+    def run(m: nn.Module) -> Tensor:
+        out = m(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 2]))
+        return out.loss  # type: ignore[no-any-return]
+
+    assert every_output_gradient_matches_autograd(model, run) > 30
+
+
+def test_every_gradient_of_multihead_attention_and_lstm_matches_autograd() -> None:
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+            self.lstm = nn.LSTM(8, 8, batch_first=True)
+
+        def forward(self, x: Tensor) -> Tensor:
+            out, weights = self.attn(x, x, x, average_attn_weights=False)
+            seq, (h, _) = self.lstm(out)
+            return seq.pow(2).sum() + h.sum() + weights[:, 0].pow(2).sum()
+
+    x = torch.randn(2, 5, 8)
+    assert every_output_gradient_matches_autograd(Net(), lambda m: m(x)) >= 5
