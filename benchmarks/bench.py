@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import Stash, rmap_tensor, stats
-from tensor_tracker.frame import type_name
+from tensor_tracker.data.frame import type_name
 
 # -- the plain reference implementation of the contract ------------------------------------
 

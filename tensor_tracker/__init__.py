@@ -8,21 +8,23 @@ with tensor_tracker.track(model) as t:
 t.to_frame()   # one row per module output / gradient
 ```
 
-Where things live:
-- `tensor_tracker.track`, `tensor_tracker.Tracker`: recording (`api`, `tracker`).
-- `tensor_tracker.Stash`, `tensor_tracker.Event`: what is recorded (`stash`).
-- `tensor_tracker.stats`: statistics computed on the device (`track(model, stats=True)`).
-- `tensor_tracker.plot`: matplotlib figures; `tensor_tracker.widgets`: notebook viewers.
+Where things live, in layers that import only downwards:
+- `tensor_tracker.track`, `tensor_tracker.Tracker`: the entry points (`api`).
+- `core`: recording (hooks, `Stash`, `Event`); torch only.
+- `stats`: statistics computed on the device (`track(model, stats=True)`).
+- `data`: tables and selections of what was recorded (`to_frame`); no plotting library.
+- `plot`: matplotlib figures; `widgets`: notebook viewers; `integrations`: training loops.
 """
 
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;
 # they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
-from . import formats, integrations, models, plot, stats, widgets
-from ._grad_hooks import Unrecordable
-from .api import track
-from .stash import (
+from . import integrations, models, plot, stats, widgets
+from .api import Tracker, track
+from .core.grad_hooks import Unrecordable
+from .core.stash import (
     CopyValue,
     Event,
+    Kind,
     Stash,
     StashFn,
     StashValueFn,
@@ -30,16 +32,20 @@ from .stash import (
     default_stash_value,
     get_stash_fn,
 )
-from .structure import rmap_tensor
-from .tracker import MemoryBudgetError, Tracker
+from .core.structure import rmap_tensor
+from .core.tracker import MemoryBudgetError
+from .data.frame import to_frame
+from .stats import Stats, formats
 
 __all__ = [
     "CopyValue",
     "Event",
+    "Kind",
     "MemoryBudgetError",
     "Stash",
     "StashFn",
     "StashValueFn",
+    "Stats",
     "Tracker",
     "Unrecordable",
     "default_stash",
@@ -51,6 +57,7 @@ __all__ = [
     "plot",
     "rmap_tensor",
     "stats",
+    "to_frame",
     "track",
     "widgets",
 ]

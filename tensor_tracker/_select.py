@@ -8,8 +8,8 @@ from typing import Any
 
 from torch import Tensor
 
-from .stash import Stash
-from .tracker import Tracker
+from .core.stash import Stash
+from .core.tracker import Recorder
 
 __all__ = [
     "ROOT_LABEL",
@@ -40,7 +40,7 @@ def as_stashes(source: Any, argument: str) -> list[Stash]:
     """
     if isinstance(source, Stash):
         return [source]
-    if isinstance(source, Tracker):
+    if isinstance(source, Recorder):
         return list(source)
     if isinstance(source, (str, bytes, Tensor)) or not isinstance(source, Iterable):
         raise TypeError(

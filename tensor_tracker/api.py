@@ -2,17 +2,60 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from .stash import CopyValue, StashFn, StashValueFn, get_stash_fn
+from .core.stash import CopyValue, StashFn, StashValueFn, get_stash_fn
+from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
+from .data.frame import to_frame
 from .stats import parse
-from .tracker import Pattern, Tracker, _check_module, compile_pattern
 
-__all__ = ["track"]
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["Tracker", "track"]
+
+
+class Tracker(Recorder):
+    """Records what modules compute, as a list of `Stash`; most users get one from `track`.
+
+    A tracker is a sequence of stashes (`len`, indexing, iteration, in recording order) and a
+    context manager that removes its hooks on exit. The recording itself (hooks, `step`,
+    `capture=`, `every=`, memory budget) is `tensor_tracker.core.tracker.Recorder`'s; see
+    there for the arguments. A `Tracker` adds the ways to read what was recorded.
+
+    Example:
+        >>> tracker = Tracker()
+        >>> tracker.register(model[0], "first")
+        >>> model(x).sum().backward()
+        >>> tracker.unregister()
+        >>> tracker.to_frame()[["name", "grad"]]
+    """
+
+    def to_frame(
+        self,
+        stat: Callable[[Tensor], Any] | str | None = None,
+        stat_name: str | None = None,
+    ) -> pandas.DataFrame:
+        """A pandas DataFrame with one row per stash.
+
+        Columns: `name`, `type` (`"<module>.<qualname>"` of the module class), `grad`, `call`,
+        `step`, `kind`, `attr`, `training`, then the statistics. For stashes holding tensors,
+        one column: `stat` applied to the stash's `first_value` (default `torch.std`), named
+        `stat_name`, else `stat.__name__`, else `"value"`; NaN where that is not a number
+        (non-tensor, empty or integer values that the statistic rejects). For stashes made
+        with `stats=`, one column per statistic, read from the device in one batched
+        transfer (`stat`, if given, picks one of them by name).
+
+        Example:
+            >>> df = tracker.to_frame()
+            >>> df.groupby(["name", "grad"])["std"].mean()
+        """
+        self._sync()
+        return to_frame(self.stashes, stat, stat_name)
 
 
 def track(

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from . import track
 from ._optional import require
-from .formats import FORMATS
 from .models import TinyTransformer, copy_task_batch
+from .stats.formats import FORMATS
 
 
 def _bar(log2_value: float, lo: float = -24.0, hi: float = 8.0, width: int = 32) -> str:

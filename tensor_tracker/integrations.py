@@ -22,12 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from ._optional import require
-from .tracker import Tracker
+from .core.tracker import Recorder
 
 __all__ = ["hf_trainer_callback", "lightning_callback"]
 
 
-def hf_trainer_callback(tracker: Tracker) -> Any:
+def hf_trainer_callback(tracker: Recorder) -> Any:
     """A `transformers.TrainerCallback` that calls `tracker.step(state.global_step)` at the
     end of every optimizer step (after gradient accumulation), so the stashes of training
     step k (counted from 0) carry `step == k`.
@@ -50,7 +50,7 @@ def hf_trainer_callback(tracker: Tracker) -> Any:
     return TensorTrackerCallback()
 
 
-def lightning_callback(tracker: Tracker) -> Any:
+def lightning_callback(tracker: Recorder) -> Any:
     """A PyTorch Lightning `Callback` that calls `tracker.step(trainer.global_step)` when an
     optimizer step has been taken (so gradient accumulation over several batches counts as
     one step).

@@ -44,9 +44,9 @@ from ._select import (
     stash_label,
     stash_tensor,
 )
-from .formats import FORMATS, Format
-from .stash import Stash
+from .core.stash import Stash
 from .stats import NAMES, Stats, parse, stats_table
+from .stats.formats import FORMATS, Format
 
 if TYPE_CHECKING:
     import pandas

@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 import tensor_tracker
 from tensor_tracker import track
-from tensor_tracker._grad_hooks import Unrecordable
+from tensor_tracker.core.grad_hooks import Unrecordable
 
 
 def grad_stashes(t: tensor_tracker.Tracker, name: str, kind: str = "output") -> list[Any]:
@@ -294,7 +294,7 @@ def every_output_gradient_matches_autograd(model: nn.Module, run: Any) -> int:
 
         def keep(module: nn.Module, args: Any, output: Any, name: str = name) -> None:
             calls = sum(1 for key in outputs if key[0] == name)
-            tensors = [t for t in tensor_tracker.structure.iter_tensors(output)]
+            tensors = [t for t in tensor_tracker.core.structure.iter_tensors(output)]
             outputs[(name, calls)] = tensors
 
         handles.append(module.register_forward_hook(keep))

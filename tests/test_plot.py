@@ -18,8 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from tensor_tracker import Stash, Tracker, plot, stats, track
-from tensor_tracker.formats import FORMATS
 from tensor_tracker.models import TinyTransformer, copy_task_batch
+from tensor_tracker.stats.formats import FORMATS
 
 # -- fixtures ---------------------------------------------------------------------------
 

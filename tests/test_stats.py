@@ -1,4 +1,4 @@
-"""Tests of tensor_tracker.stats and tensor_tracker.formats against numpy/float64 references."""
+"""Tests of tensor_tracker.stats and tensor_tracker.stats.formats against numpy/float64 references."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from tensor_tracker import stats as S
-from tensor_tracker.formats import FORMATS
+from tensor_tracker.stats import fn as kernels
+from tensor_tracker.stats.formats import FORMATS
 
 ALL = list(S.NAMES)
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -307,9 +308,9 @@ def test_layouts_give_the_statistics_of_a_contiguous_copy(view: Callable[[Tensor
 def test_flat_views_dense_tensors_without_copying() -> None:
     x = torch.randn(4, 5, 6)
     permuted = x.permute(2, 0, 1)
-    assert S._flat(permuted).data_ptr() == x.data_ptr()
-    assert S._flat(x[:, 1:]).data_ptr() != x.data_ptr()
-    assert torch.equal(S._flat(x[:, 1:]), x[:, 1:].reshape(-1))
+    assert kernels._flat(permuted).data_ptr() == x.data_ptr()
+    assert kernels._flat(x[:, 1:]).data_ptr() != x.data_ptr()
+    assert torch.equal(kernels._flat(x[:, 1:]), x[:, 1:].reshape(-1))
 
 
 @pytest.mark.parametrize("spec", [S.DEFAULT, ALL], ids=["default", "all"])
@@ -322,7 +323,7 @@ def test_cpu_host_path_matches_the_device_path(spec: Sequence[str]) -> None:
     bounds = None if fn._range is None else fn._range.get(x)
     host = fn._core.host_raw(x, bounds)
     device = fn._core.device_raw(x, bounds)
-    host_raw = S._host_tensor(host) if isinstance(host, list) else host
+    host_raw = kernels._host_tensor(host) if isinstance(host, list) else host
     torch.testing.assert_close(host_raw, device, rtol=1e-5, atol=0.0)
 
 
@@ -878,7 +879,7 @@ def test_binade_fast_path_matches_the_general_path() -> None:
     hist = fn._hists[0]
     assert hist.binade_offset is not None
     host = hist._binades_host(x, hist.binade_offset)
-    assert torch.equal(S._host_tensor(host), hist._binades(x, hist.binade_offset))
+    assert torch.equal(kernels._host_tensor(host), hist._binades(x, hist.binade_offset))
 
 
 def test_stats_survive_pickling_and_still_batch() -> None:

@@ -356,7 +356,9 @@ class Emit(nn.Module):
 
 
 def loss_of(value: Any) -> Tensor:
-    tensors = [t for t in tensor_tracker.structure.iter_tensors(value) if t.is_floating_point()]
+    tensors = [
+        t for t in tensor_tracker.core.structure.iter_tensors(value) if t.is_floating_point()
+    ]
     return sum((t.sum() for t in tensors if t.requires_grad), torch.zeros(()))
 
 

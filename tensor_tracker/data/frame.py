@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ._optional import require
-from .stash import Stash
-from .stats import NAMES, Stats, compute, stats_table
+from .._optional import require
+from ..core.stash import Stash
+from ..stats import NAMES, Stats, compute, stats_table
 
 if TYPE_CHECKING:
     import pandas

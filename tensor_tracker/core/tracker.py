@@ -1,4 +1,7 @@
-"""`Tracker`: attaches hooks to modules and keeps what they saw as a list of `Stash`."""
+"""`Recorder`: attaches hooks to modules and keeps what they saw as a list of `Stash`.
+
+The recording core of `tensor_tracker.Tracker`, which adds the ways to read a recording
+(`to_frame`, ...) from the layers above."""
 
 from __future__ import annotations
 
@@ -6,13 +9,13 @@ import inspect
 import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, TypeVar, overload
 
 import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from ._grad_hooks import Gather, Tap, handle_is_dead, in_backward, unrecordable
+from .grad_hooks import Gather, Tap, handle_is_dead, in_backward, unrecordable
 from .stash import (
     Event,
     Kind,
@@ -24,13 +27,9 @@ from .stash import (
     default_stash_value,
     get_stash_fn,
 )
-from .stats import Stats
 from .structure import iter_leaves, iter_tensors
 
-if TYPE_CHECKING:
-    import pandas
-
-__all__ = ["CAPTURE", "MemoryBudgetError", "Pattern", "Tracker"]
+__all__ = ["CAPTURE", "MemoryBudgetError", "Pattern", "Recorder"]
 
 Pattern = str | re.Pattern[str] | None
 """A module-name filter: `None`, a regular expression string, or a compiled pattern."""
@@ -68,8 +67,9 @@ def _check_module(module: Any, argument: str = "module") -> None:
 
 
 def _value_nbytes(value: Any, seen: set[int] | None = None) -> int:
-    """Bytes held by the tensors and statistics inside a stash's value; with `seen`, each
-    object is counted once (a parent's stash often shares its child's copy)."""
+    """Bytes held by the tensors inside a stash's value, plus the `nbytes` of any other
+    object that declares it (e.g. statistics); with `seen`, each object is counted once (a
+    parent's stash often shares its child's copy)."""
     total = 0
     for leaf in iter_leaves(value):
         if seen is not None:
@@ -78,10 +78,14 @@ def _value_nbytes(value: Any, seen: set[int] | None = None) -> int:
             seen.add(id(leaf))
         if isinstance(leaf, Tensor):
             total += leaf.numel() * leaf.element_size()
-        elif isinstance(leaf, Stats):
-            total += leaf.nbytes
+        else:
+            size = getattr(leaf, "nbytes", None)
+            if isinstance(size, int):
+                total += size
     return total
 
+
+_R = TypeVar("_R", bound="Recorder")
 
 _RECENT_TAPS = 8
 """How many recently hooked tensors a new hook is compared with, to share one tap."""
@@ -153,8 +157,9 @@ class _Registration:
         return self.arg_names[index] if index < len(self.arg_names) else str(index)
 
 
-class Tracker:
-    """Records what modules compute, as a list of `Stash`; most users get one from `track`.
+class Recorder:
+    """Records what modules compute, as a list of `Stash`; users get a `Tracker` (a
+    `Recorder` that can also be read as a table) from `track` or `Tracker(...)`.
 
     A tracker is a sequence of stashes (`len`, indexing, iteration, in recording order) and a
     context manager that removes its hooks on exit.
@@ -176,7 +181,7 @@ class Tracker:
             stashed) instead of letting the stashes grow past this many bytes.
 
     Example:
-        >>> tracker = Tracker()
+        >>> tracker = Recorder()
         >>> tracker.register(model.encoder, "encoder")
         >>> loss = model(x).sum(); loss.backward()
         >>> tracker.unregister()
@@ -608,32 +613,8 @@ class Tracker:
 
     __repr__ = __str__
 
-    def __enter__(self) -> Tracker:
+    def __enter__(self: _R) -> _R:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.unregister()
-
-    def to_frame(
-        self,
-        stat: Callable[[Tensor], Any] | str | None = None,
-        stat_name: str | None = None,
-    ) -> pandas.DataFrame:
-        """A pandas DataFrame with one row per stash.
-
-        Columns: `name`, `type` (`"<module>.<qualname>"` of the module class), `grad`, `call`,
-        `step`, `kind`, `attr`, `training`, then the statistics. For stashes holding tensors,
-        one column: `stat` applied to the stash's `first_value` (default `torch.std`), named
-        `stat_name`, else `stat.__name__`, else `"value"`; NaN where that is not a number
-        (non-tensor, empty or integer values that the statistic rejects). For stashes made
-        with `stats=`, one column per statistic, read from the device in one batched
-        transfer (`stat`, if given, picks one of them by name).
-
-        Example:
-            >>> df = tracker.to_frame()
-            >>> df.groupby(["name", "grad"])["std"].mean()
-        """
-        from .frame import to_frame
-
-        self._sync()
-        return to_frame(self.stashes, stat, stat_name)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from ._memo import LastTensorMemo
+from .memo import LastTensorMemo
 from .structure import rmap_tensor
 
 __all__ = [

@@ -1,0 +1,6 @@
+"""Data: what was recorded, arranged for reading (tables, selections, series).
+
+Needs no plotting library, so figures, viewers, reports and exporters all build on it.
+
+- `frame`: `to_frame`, the recording as a pandas DataFrame.
+"""

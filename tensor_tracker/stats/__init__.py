@@ -1,0 +1,71 @@
+"""Named statistics of tensors, computed on the tensor's own device, cheap enough for hooks.
+
+A `StatsFn` (built by `parse`) turns a tensor into a `Stats`: a few numbers computed in a
+handful of passes over the tensor and kept *on the tensor's device* in one small float64
+vector, so a hook never waits for the GPU. The named statistics (`"std"`, `"rms"`, ...) are
+derived from that vector only when they are read, and `stats_table` reads many `Stats` at
+once with one transfer per device. (On the CPU, where nothing runs asynchronously, the few
+numbers are read back as they are computed: that lets mean and spread take one vectorised
+pass fewer, see `_cpu_moments`.)
+
+Built-in statistic names (see `NAMES`):
+
+- `mean`, `std` (unbiased, like `torch.std`), `rms` (`sqrt(mean(x**2))`), `abs_mean`,
+  `abs_max`, `min`, `max`, `numel`;
+- `nonfinite`: how many values are NaN or ±inf; `zero_frac`: fraction exactly zero;
+- for each format `F` in `tensor_tracker.formats.FORMATS` (`fp16`, `bf16`, `fp8_e4m3`,
+  `fp8_e5m2`): `F_overflow` (fraction with `|x| > max`, ±inf included, NaN not),
+  `F_underflow` (fraction of values that are nonzero but flush to zero, `|x| < min_subnormal`)
+  and `F_subnormal` (fraction nonzero with `|x| < min_normal`, the underflowing ones
+  included). Values exactly at a limit are representable and not counted.
+
+Sparse tensors (e.g. the gradient of `nn.Embedding(sparse=True)`) are summarised as the
+dense tensors they stand for: implicit zeros count as values.
+
+Fractions are over all `numel` values. An empty tensor gives `numel` 0, counts 0 and NaN
+for everything else. When a tensor holds any NaN or ±inf, `mean`, `std` and `rms` are NaN,
+on every device (count the culprits with `nonfinite`); when only its spread overflows the
+reduction dtype, `std` and `rms` are inf. `min`, `max`, `abs_max` and `abs_mean` follow
+IEEE rules (NaN wins, then inf).
+float16/bfloat16/float8 tensors are reduced in float32, integer and bool tensors in float64,
+float32/float64 tensors in their own precision (so the squares behind `std`/`rms` of a
+float32 tensor overflow beyond about 1e19).
+
+Example:
+    >>> fn = parse(["mean", "rms", "fp16_overflow"])
+    >>> s = fn(torch.tensor([1.0, -1.0, 1e5]))
+    >>> s.to_dict()  # doctest: +SKIP
+    {'mean': 33333.33, 'rms': 57735.03, 'fp16_overflow': 0.3333333333333333}
+"""
+
+from . import formats
+from .fn import (
+    DEFAULT,
+    NAMES,
+    Histogram,
+    Layout,
+    Spec,
+    Statistic,
+    Stats,
+    StatsFn,
+    compute,
+    histogram,
+    parse,
+    stats_table,
+)
+
+__all__ = [
+    "DEFAULT",
+    "NAMES",
+    "Histogram",
+    "Layout",
+    "Spec",
+    "Statistic",
+    "Stats",
+    "StatsFn",
+    "compute",
+    "formats",
+    "histogram",
+    "parse",
+    "stats_table",
+]
