@@ -18,7 +18,7 @@ Where things live, in layers that import only downwards:
 
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;
 # they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
-from . import integrations, models, plot, stats, widgets
+from . import integrations, plot, stats, widgets
 from .api import Tracker, track
 from .core.grad_hooks import Unrecordable
 from .core.stash import (
@@ -53,7 +53,6 @@ __all__ = [
     "formats",
     "get_stash_fn",
     "integrations",
-    "models",
     "plot",
     "rmap_tensor",
     "stats",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from examples.tiny_transformer import TinyTransformer, copy_task_batch
 from tensor_tracker import stats, track
-from tensor_tracker.models import TinyTransformer, copy_task_batch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tensor_tracker import _notebooks
+from tools import notebooks as _notebooks
 
 DOC = Path(__file__).resolve().parent.parent / "doc"
 NOTEBOOKS = [DOC / "Usage.ipynb", DOC / "Example.ipynb"]

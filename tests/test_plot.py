@@ -17,8 +17,8 @@ from matplotlib.collections import LineCollection, PathCollection, QuadMesh
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from examples.tiny_transformer import TinyTransformer, copy_task_batch
 from tensor_tracker import Stash, Tracker, plot, stats, track
-from tensor_tracker.models import TinyTransformer, copy_task_batch
 from tensor_tracker.stats.formats import FORMATS
 
 # -- fixtures ---------------------------------------------------------------------------

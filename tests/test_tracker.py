@@ -285,7 +285,7 @@ def test_transformer_encoder_bitwise_identical() -> None:
 def test_tiny_transformer_with_inplace_residuals_bitwise_identical(
     tracked_kwargs: dict[str, Any],
 ) -> None:
-    from tensor_tracker.models import TinyTransformer, copy_task_batch
+    from examples.tiny_transformer import TinyTransformer, copy_task_batch
 
     def run(tracked: bool) -> tuple[Tensor, list[Tensor]]:
         torch.manual_seed(0)

@@ -14,8 +14,8 @@ pytest.importorskip("matplotlib")
 
 import ipywidgets
 
+from examples.tiny_transformer import TinyTransformer, copy_task_batch
 from tensor_tracker import Stash, Tracker, stats, track, widgets
-from tensor_tracker.models import TinyTransformer, copy_task_batch
 
 
 def tiny_model() -> TinyTransformer:

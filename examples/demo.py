@@ -1,4 +1,4 @@
-"""`python -m tensor_tracker.demo` (or `./dev demo`): train a small transformer under `track`
+"""`./dev demo` (or `python -m examples.demo` from the repository root): train a small transformer under `track`
 and print where activations and gradients sit on a log2 scale, per module."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from . import track
-from ._optional import require
-from .models import TinyTransformer, copy_task_batch
-from .stats.formats import FORMATS
+from examples.tiny_transformer import TinyTransformer, copy_task_batch
+from tensor_tracker import track
+from tensor_tracker.stats.formats import FORMATS
 
 
 def _bar(log2_value: float, lo: float = -24.0, hi: float = 8.0, width: int = 32) -> str:
@@ -30,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--d-model", type=int, default=64)
     args = parser.parse_args(argv)
-    pd = require("pandas", "pandas")
+    import pandas as pd
 
     torch.manual_seed(0)
     vocab = 32

@@ -1,8 +1,8 @@
 """Developer tool for the notebooks in `doc/` (used by `./dev`; not part of the API).
 
-    python -m tensor_tracker._notebooks strip doc/*.ipynb           # remove outputs, in place
-    python -m tensor_tracker._notebooks check doc/*.ipynb           # fail if any has outputs
-    python -m tensor_tracker._notebooks render --out DIR doc/*.ipynb  # execute, write HTML
+    python -m tools.notebooks strip doc/*.ipynb           # remove outputs, in place
+    python -m tools.notebooks check doc/*.ipynb           # fail if any has outputs
+    python -m tools.notebooks render --out DIR doc/*.ipynb  # execute, write HTML
 
 Committed notebooks carry no outputs, no execution counts and no volatile metadata (widget
 state, execution timestamps, the Python version), so that diffs show only what people wrote.
@@ -280,7 +280,7 @@ def render(
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m tensor_tracker._notebooks",
+        prog="python -m tools.notebooks",
         description="Strip, check, or execute and render the notebooks in doc/.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ]
                 print(
                     "Notebooks must be committed without outputs, execution counts or volatile "
-                    "metadata; run ./dev format (or python -m tensor_tracker._notebooks strip).\n"
+                    "metadata; run ./dev format (or python -m tools.notebooks strip).\n"
                     + "\n".join(lines),
                     file=sys.stderr,
                 )
