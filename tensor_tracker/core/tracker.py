@@ -325,11 +325,6 @@ class Recorder:
         elif not self.recording:
             self._detach()
 
-    @property
-    def current_step(self) -> int:
-        """The step that new stashes are stamped with."""
-        return self._step
-
     def _attach(self, reg: _Registration) -> None:
         if self._optimizer is not None and not self._attached:
             self._handles.append(self._optimizer.register_step_post_hook(self._optimizer_hook))

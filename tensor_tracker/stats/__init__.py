@@ -39,20 +39,11 @@ Example:
 """
 
 from . import formats
-from .fn import (
-    DEFAULT,
-    NAMES,
-    Histogram,
-    Layout,
-    Spec,
-    Statistic,
-    Stats,
-    StatsFn,
-    compute,
-    histogram,
-    parse,
-    stats_table,
-)
+from .fn import Spec, StatsFn, compute, parse
+from .layout import Layout
+from .spec import DEFAULT, NAMES, Histogram, Statistic, histogram
+from .table import stats_table
+from .values import Stats
 
 __all__ = [
     "DEFAULT",

@@ -1,0 +1,278 @@
+"""What a stats spec names: built-in statistic names, `Statistic`, `histogram()`; parsing."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from torch import Tensor
+
+from .builtin import BUILTINS, FORMAT_NAMES
+
+__all__ = [
+    "DEFAULT",
+    "NAMES",
+    "CustomName",
+    "Histogram",
+    "Item",
+    "Statistic",
+    "histogram",
+    "parse_items",
+]
+
+_INF = math.inf
+
+NAMES: tuple[str, ...] = tuple(BUILTINS) + FORMAT_NAMES
+"""Every built-in statistic name, in a stable order."""
+
+DEFAULT: tuple[str, ...] = ("mean", "std", "rms", "abs_max", "min", "max", "numel")
+"""What `stats=True` computes: mean/spread and min/max, two reductions on a GPU (`std_mean`,
+`aminmax`) and three vectorised passes on the CPU (`sum`, `dot`, `aminmax`)."""
+
+HIST_EXTRAS = ("below", "above", "zero", "nonfinite", "rejected")
+"""The extra counts of a histogram, named `<name>_<extra>`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Statistic:
+    """A user-defined statistic: a name and a function of the tensor.
+
+    The function gets the tensor detached from autograd, in its own dtype and on its own
+    device, and should return a one-element tensor on that device; that result is kept on
+    the device like the built-in statistics (no host sync). Returning a Python number works
+    too, but forces the hook to wait for the device to compute it, so it is slower.
+    It is not called for empty tensors (the statistic is NaN there).
+
+    Usually you do not build one yourself: pass `("name", fn)` or a named function in a
+    stats spec and `parse` makes the `Statistic`.
+
+    Args:
+        name: the statistic's name, used as column name and for `stats[name]`.
+        fn: `fn(tensor) -> Tensor | float`, computing one number.
+
+    Example:
+        >>> fn = parse(["mean", Statistic("l1", lambda t: t.abs().sum())])
+        >>> fn(torch.tensor([1.0, -3.0]))["l1"]
+        tensor(4., dtype=torch.float64)
+    """
+
+    name: str
+    fn: Callable[[Tensor], Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"a statistic's name must be a non-empty str, got {self.name!r}")
+        if not callable(self.fn):
+            raise TypeError(f"statistic {self.name!r}: fn must be callable, got {self.fn!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Histogram:
+    """Configuration of a fixed-bin histogram statistic; make one with `histogram()`.
+
+    Attributes:
+        bins: number of bins.
+        range: `(lo, hi)` of the binned axis: log2|x| when `log2`, else x.
+        log2: bins equally spaced in log2|x| (zeros counted apart) instead of in x.
+        sample_n: count a random sample of this many values instead of all of them.
+        reject_sigma: leave out values further than this many standard deviations from the
+            mean (counted as rejected).
+        seed: seed of the sampling generator.
+        name: name of the counts; the extra counts are `name + "_below"`, `"_above"`,
+            `"_zero"`, `"_nonfinite"` and `"_rejected"`.
+
+    Example:
+        >>> h = histogram(bins=3, range=(-3.0, 0.0))
+        >>> h.edges, h.names[:2]
+        ((-3.0, -2.0, -1.0, 0.0), ('hist', 'hist_below'))
+    """
+
+    bins: int = 48
+    range: tuple[float, float] = (-32.0, 16.0)
+    log2: bool = True
+    sample_n: int | None = None
+    reject_sigma: float | None = None
+    seed: int = 0
+    name: str = "hist"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bins, int) or isinstance(self.bins, bool) or self.bins < 1:
+            raise ValueError(f"histogram(bins=...) must be an int >= 1, got {self.bins!r}")
+        rng = self.range
+        if (
+            not isinstance(rng, (tuple, list))
+            or len(rng) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
+            or not all(math.isfinite(v) for v in rng)
+            or not rng[0] < rng[1]
+        ):
+            raise ValueError(
+                f"histogram(range=...) must be (lo, hi) with finite lo < hi, got {rng!r}"
+            )
+        object.__setattr__(self, "range", (float(rng[0]), float(rng[1])))
+        if self.sample_n is not None and (
+            not isinstance(self.sample_n, int)
+            or isinstance(self.sample_n, bool)
+            or self.sample_n < 1
+        ):
+            raise ValueError(
+                f"histogram(sample_n=...) must be a positive int or None, got {self.sample_n!r}"
+            )
+        if self.reject_sigma is not None and (
+            not isinstance(self.reject_sigma, (int, float))
+            or isinstance(self.reject_sigma, bool)
+            or not (0 < self.reject_sigma < _INF)
+        ):
+            raise ValueError(
+                "histogram(reject_sigma=...) must be a positive number or None, "
+                f"got {self.reject_sigma!r}"
+            )
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"histogram(seed=...) must be an int, got {self.seed!r}")
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"histogram(name=...) must be a non-empty str, got {self.name!r}")
+
+    @property
+    def edges(self) -> tuple[float, ...]:
+        """The `bins + 1` bin edges, in log2 units when `log2` (so 2**edge in value units).
+
+        Bin `i` holds the values with `edges[i] <= log2|x| < edges[i+1]` (or `x` in place of
+        `log2|x|` when not `log2`).
+        """
+        lo, hi = self.range
+        # hi is set exactly: the formula can land an ulp off it.
+        return (*(lo + (hi - lo) * i / self.bins for i in range(self.bins)), hi)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names this histogram adds: the counts, then the extra counts."""
+        return (self.name, *(f"{self.name}_{e}" for e in HIST_EXTRAS))
+
+
+def histogram(
+    bins: int = 48,
+    range: tuple[float, float] = (-32.0, 16.0),
+    log2: bool = True,
+    sample_n: int | None = None,
+    reject_sigma: float | None = None,
+    seed: int = 0,
+    name: str = "hist",
+) -> Histogram:
+    """A histogram with fixed bins, to use as an item of a stats spec.
+
+    With `log2=True` (the default) the bins are equally spaced in log2|x| over `range`, so
+    the default counts magnitudes from 2**-32 to 2**16 in one bin per power of two (binade),
+    the scale that matters for number formats; zeros are counted apart (`<name>_zero`), as log2(0) is undefined. With
+    `log2=False` the bins are equally spaced in x itself and zeros fall in their bin
+    (`<name>_zero` stays 0). Every value counted lands in exactly one of: a bin,
+    `<name>_below` / `<name>_above` (finite but outside `range`), `<name>_zero`,
+    `<name>_nonfinite` (NaN, ±inf) or `<name>_rejected`, so these add up to the number of
+    values counted. Bins are half-open, `[edge[i], edge[i+1])`.
+
+    The counting stays on the tensor's device (no host sync). One bin per binade (`log2`,
+    integer `range` ends, `bins == hi - lo`, no `reject_sigma`) is the fast case: the bin of
+    a float32 value is its exponent field, so no search over the edges is needed. Read the counts with
+    `stats[name]` (a 1-D float64 tensor of length `bins`), the extras with
+    `stats[name + "_below"]` etc., and the bin edges with `stats.edges(name)`.
+
+    Args:
+        bins: number of bins.
+        range: `(lo, hi)`: the binned interval, in log2 units when `log2`.
+        log2: bin log2|x| rather than x.
+        sample_n: count only this many values, drawn at random (uniformly, with replacement,
+            from a generator seeded with `seed`, one per device), when the tensor holds more.
+            Drawing without replacement would cost a pass over the whole tensor, which is
+            what sampling is meant to avoid. `None` counts every value.
+        reject_sigma: leave out of the bins the finite values with
+            `|x - mean| > reject_sigma * std` (mean and population std of the finite values
+            counted, computed on the device) and count them in `<name>_rejected`.
+        seed: seed of the sampling generators, so runs are reproducible.
+        name: name of the counts, and prefix of the extra counts.
+
+    Returns:
+        A `Histogram` to put in a stats spec, e.g. `parse(["rms", histogram()])`.
+
+    Raises:
+        ValueError: when an argument is out of its domain (the message names it).
+
+    Example:
+        >>> fn = parse(["rms", histogram(bins=4, range=(-2.0, 2.0))])
+        >>> s = fn(torch.tensor([0.0, 0.3, 1.0, 3.0, 100.0]))
+        >>> s["hist"], s.edges("hist")
+        (tensor([1., 0., 1., 1.], dtype=torch.float64), (-2.0, -1.0, 0.0, 1.0, 2.0))
+        >>> s["hist_zero"], s["hist_above"]
+        (tensor(1., dtype=torch.float64), tensor(1., dtype=torch.float64))
+    """
+    return Histogram(bins, range, log2, sample_n, reject_sigma, seed, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class CustomName:
+    """A custom statistic in a pickled layout: its name (its function is not needed to read
+    what it computed, and may not be picklable)."""
+
+    name: str
+
+
+Item: TypeAlias = (
+    str | Callable[[Tensor], Any] | tuple[str, Callable[[Tensor], Any]] | Statistic | Histogram
+)
+
+
+def _bad_name_message(name: object, extra: str = "") -> str:
+    return (
+        f"stats=: unknown statistic {name!r}. Built-in names: {', '.join(NAMES)}. "
+        'Custom statistics can be passed as ("name", fn) pairs, e.g. '
+        'stats=["mean", ("l1", lambda t: t.abs().sum())], or histogram(...).' + extra
+    )
+
+
+def parse_items(spec: object) -> list[str | Statistic | Histogram]:
+    if spec is None or spec is False:
+        raise TypeError(
+            f"stats={spec!r} means 'no statistics'; parse() needs something to compute: "
+            "True (the default set), a name, or a list of names / ('name', fn) pairs"
+        )
+    if spec is True:
+        return list(DEFAULT)
+    if isinstance(spec, (str, Histogram, Statistic)):
+        spec = [spec]
+    if isinstance(spec, Mapping):
+        return [Statistic(name, fn) for name, fn in spec.items()]
+    if not isinstance(spec, Sequence):
+        raise TypeError(
+            "stats= must be True, a statistic name, a sequence of names / named functions / "
+            f'("name", fn) pairs / histogram(...), or a {{"name": fn}} mapping; got {spec!r}'
+        )
+    hint = ""
+    if len(spec) == 2 and isinstance(spec[0], str) and spec[0] not in NAMES and callable(spec[1]):
+        hint = f" To pass one custom statistic, wrap the pair in a list: stats=[({spec[0]!r}, fn)]."
+    items: list[str | Statistic | Histogram] = []
+    for item in spec:
+        if isinstance(item, str):
+            if item not in NAMES:
+                raise ValueError(_bad_name_message(item, hint))
+            items.append(item)
+        elif isinstance(item, (Statistic, Histogram)):
+            items.append(item)
+        elif isinstance(item, tuple):
+            if len(item) != 2 or not isinstance(item[0], str) or not callable(item[1]):
+                raise ValueError(f'stats=: expected a ("name", fn) pair, got {item!r}')
+            items.append(Statistic(item[0], item[1]))
+        elif callable(item):
+            name = getattr(item, "__name__", None)
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(
+                    f"stats=: cannot name the function {item!r}; pass it as a "
+                    '("name", fn) pair, e.g. stats=[("l1", lambda t: t.abs().sum())]'
+                )
+            items.append(Statistic(name, item))
+        else:
+            raise ValueError(_bad_name_message(item))
+    return items
+
+
+def item_name(item: str | Statistic) -> str:
+    return item if isinstance(item, str) else item.name

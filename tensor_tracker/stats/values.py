@@ -1,0 +1,146 @@
+"""`Stats`: the statistics of one tensor, kept on its device until read."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .kernels import F64, host_tensor
+from .layout import Layout
+from .spec import Histogram
+
+__all__ = ["Stats"]
+
+
+class Stats:
+    """Statistics of one tensor, still on the tensor's device.
+
+    Reading a statistic (`stats["rms"]`) gives a 0-d float64 tensor on the device without
+    waiting for it; `to_dict()` and `repr` copy to the host (and so wait). To read many
+    `Stats` at once use `stats_table`, which is much faster than calling `to_dict` on each.
+
+    Attributes:
+        layout: the `Layout` describing `raw`; shared by all `Stats` from the same `StatsFn`.
+        raw: 1-D float64 tensor on the tensor's device, the numbers the statistics derive from.
+        numel: the tensor's number of elements.
+
+    Example:
+        >>> s = compute(torch.tensor([3.0, -4.0]))
+        >>> s["rms"]
+        tensor(3.5355, dtype=torch.float64)
+        >>> s.to_dict()["abs_max"]
+        4.0
+    """
+
+    __slots__ = ("_floats", "_raw", "layout", "numel")
+
+    def __init__(self, layout: Layout, raw: Tensor, numel: int) -> None:
+        self.layout = layout
+        self._raw: Tensor | None = raw
+        self._floats: list[float] | None = None
+        self.numel = numel
+
+    @classmethod
+    def _of_floats(cls, layout: Layout, floats: list[float], numel: int) -> Stats:
+        # CPU statistics arrive as host floats; the raw tensor is built when first read,
+        # which keeps that cost out of the hooks.
+        stats = cls.__new__(cls)
+        stats.layout, stats._raw, stats._floats, stats.numel = layout, None, floats, numel
+        return stats
+
+    @property
+    def raw(self) -> Tensor:
+        """1-D float64 tensor on the tensor's device: what the statistics derive from."""
+        raw = self._raw
+        if raw is None:
+            assert self._floats is not None
+            raw = self._raw = host_tensor(self._floats)
+            self._floats = None
+        return raw
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Stats, (self.layout, self.raw, self.numel))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The statistic names held, in the order they were asked for."""
+        return self.layout.names
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of device memory held (the raw vector)."""
+        return self.layout.width * 8
+
+    def __getitem__(self, name: str) -> Tensor:
+        """One statistic, as a 0-d float64 tensor on the device (1-D for histogram counts).
+
+        Raises:
+            KeyError: `name` is not held; the message lists the names that are.
+        """
+        derive = self.layout._derive(name)
+        numel = torch.full((1,), float(self.numel), dtype=F64, device=self.raw.device)
+        return derive(self.raw.unsqueeze(0), numel)[0]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.layout
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.layout.names)
+
+    def __len__(self) -> int:
+        return len(self.layout.names)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Copy to the host: `{name: float}`, with a list of floats for histogram counts.
+
+        Example:
+            >>> compute(torch.tensor([1.0, 2.0]), ["max", "numel"]).to_dict()
+            {'max': 2.0, 'numel': 2.0}
+        """
+        raw = self.raw.detach().to("cpu", F64).unsqueeze(0)
+        numel = torch.tensor([float(self.numel)], dtype=F64)
+        return {k: v[0].tolist() for k, v in self.layout.derive(raw, numel).items()}
+
+    def edges(self, name: str) -> tuple[float, ...]:
+        """The bin edges of histogram `name` (`bins + 1` values; log2 units if `is_log2`).
+
+        Raises:
+            KeyError: `name` is not a histogram held here.
+
+        Example:
+            >>> s = compute(torch.ones(3), [histogram(bins=2, range=(-1.0, 1.0))])
+            >>> s.edges("hist"), s.is_log2("hist"), s["hist"]
+            ((-1.0, 0.0, 1.0), True, tensor([0., 3.], dtype=torch.float64))
+        """
+        return self._histogram(name).edges
+
+    def is_log2(self, name: str) -> bool:
+        """Whether histogram `name` bins log2|x| (`True`) or x (`False`).
+
+        Raises:
+            KeyError: `name` is not a histogram held here.
+        """
+        return self._histogram(name).log2
+
+    def _histogram(self, name: str) -> Histogram:
+        hist = self.layout.histograms.get(name)
+        if hist is None:
+            held = ", ".join(self.layout.histograms) or "none"
+            raise KeyError(f"{name!r} is not a histogram here; histograms: {held}")
+        return hist
+
+    def __repr__(self) -> str:
+        items = []
+        integral = self.layout._integral
+        for name, value in self.to_dict().items():
+            if isinstance(value, list):
+                items.append(f"{name}=<{len(value)} bins>")
+            elif name in integral and math.isfinite(value):
+                items.append(f"{name}={int(value)}")
+            else:
+                items.append(f"{name}={value:.4g}")
+        return f"Stats({', '.join(items)})"
