@@ -18,7 +18,7 @@ Where things live, in layers that import only downwards:
 
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;
 # they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
-from . import integrations, plot, stats, widgets
+from . import errors, integrations, plot, stats, widgets
 from .api import Tracker, track
 from .core.grad_hooks import Unrecordable
 from .core.stash import (
@@ -33,8 +33,8 @@ from .core.stash import (
     get_stash_fn,
 )
 from .core.structure import rmap_tensor
-from .core.tracker import MemoryBudgetError
 from .data.frame import to_frame
+from .errors import MemoryBudgetError
 from .stats import Stats, formats
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "Unrecordable",
     "default_stash",
     "default_stash_value",
+    "errors",
     "formats",
     "get_stash_fn",
     "integrations",

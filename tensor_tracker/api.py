@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ._validate import check_bool
 from .core.stash import CopyValue, StashFn, StashValueFn, get_stash_fn
 from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
 from .data.frame import to_frame
+from .errors import ArgumentValueError
 from .stats import parse
 
 if TYPE_CHECKING:
@@ -173,32 +175,30 @@ def track(
         Nothing is attached to the model when an argument is rejected.
     """
     _check_module(module)
+    check_bool(grad, "grad=")
     compile_pattern(include, "include")
     compile_pattern(exclude, "exclude")
+    copy = CopyValue(device, dtype, sample, seed, non_blocking)  # checks their types
     copy_options = (device, dtype, sample, seed, non_blocking) != ("cpu", None, None, 0, False)
-    if device is not None and not isinstance(device, (str, torch.device)):
-        raise TypeError(
-            f"device= must be a torch device, a string like 'cpu', or None, got {device!r}"
-        )
     custom = [n for n, v in (("stash", stash), ("stash_value", stash_value)) if v is not None]
     if custom and stats not in (None, False):
-        raise ValueError(
+        raise ArgumentValueError(
             f"stats= replaces the stashed tensors by statistics; it cannot be combined with "
             f"{custom[0]}= (compute statistics inside your own function instead)"
         )
     if custom and copy_options:
-        raise ValueError(
+        raise ArgumentValueError(
             f"device=/dtype=/sample=/seed=/non_blocking= configure the default copy; they cannot "
             f"be combined with {custom[0]}="
         )
     if stats not in (None, False):
         if copy_options:
-            raise ValueError(
+            raise ArgumentValueError(
                 "stats= keeps statistics, not copies; drop device=/dtype=/sample=/non_blocking="
             )
         stash_value = parse(stats)
     elif not custom:
-        stash_value = CopyValue(device, dtype, sample, seed, non_blocking)
+        stash_value = copy
     tracker = Tracker(
         get_stash_fn(stash_value, stash),
         capture=capture,

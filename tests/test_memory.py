@@ -44,12 +44,28 @@ def test_max_bytes_raises_removes_hooks_and_keeps_stashes() -> None:
 
 def test_max_bytes_during_backward() -> None:
     model, x = model_and_input()
-    budget = 4 * 160 + 160 + 10  # all forward outputs and one gradient
+    # The three distinct forward copies (the root shares its last child's) and one
+    # gradient (the root and its last child share that too).
+    budget = 3 * 160 + 160 + 10
     with track(model, max_bytes=budget) as t:
         out = model(x)
         with pytest.raises(MemoryBudgetError):
             out.sum().backward()
-    assert [(s.name, s.grad) for s in t][-1] == ("", True) and len(t) == 5
+    assert [(s.name, s.grad) for s in t][-2:] == [("", True), ("2", True)] and len(t) == 6
+    assert t.nbytes == 4 * 160
+
+
+def test_max_bytes_counts_shared_copies_once_like_nbytes() -> None:
+    model, x = model_and_input()
+    with track(model) as t:
+        model(x).sum().backward()
+    total = t.nbytes
+    assert total == 6 * 160  # 8 stashes, two pairs share one copy each
+    with track(model, max_bytes=total) as exact:  # the budget that nbytes says is enough
+        model(x).sum().backward()
+    assert len(exact) == len(t) and exact.nbytes == total
+    with pytest.raises(MemoryBudgetError), track(model, max_bytes=total - 1):
+        model(x).sum().backward()
 
 
 def test_stats_mode_memory_is_independent_of_activation_size() -> None:

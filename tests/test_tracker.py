@@ -686,3 +686,120 @@ def test_compiled_model_keeps_its_module_names_and_numerics() -> None:
     ]
     assert torch.equal(out, reference)
     assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
+
+
+@pytest.mark.parametrize("how", ["wrapper", "in_place", "child"])
+def test_a_compiled_model_that_already_ran_is_recorded(how: str) -> None:
+    model = mlp()
+    x = torch.randn(4, 4)
+    with track(model) as expected:
+        model(x).sum().backward()
+    model.zero_grad()
+    compiled: nn.Module = model
+    if how == "wrapper":
+        compiled = torch.compile(model, backend="eager")
+    elif how == "in_place":
+        model.compile(backend="eager")
+    else:
+        model[0] = torch.compile(model[0], backend="eager")  # type: ignore[assignment]
+    compiled(x).sum().backward()  # compiled, and run, before tracking
+    model.zero_grad()
+    with track(compiled) as t:
+        compiled(x).sum().backward()
+    assert [(s.name, s.grad) for s in t] == [(s.name, s.grad) for s in expected]
+    assert all(torch.equal(a.value, b.value) for a, b in zip(t, expected, strict=True) if not a.grad)
+    before = len(t)
+    compiled(x).sum().backward()  # after the block: nothing more is recorded
+    assert len(t) == before
+
+
+def test_a_tracker_records_again_in_a_second_with_block() -> None:
+    model = mlp()
+    x = torch.randn(2, 4)
+    t = track(model)
+    with t:
+        model(x).sum().backward()
+    first = len(t)
+    model(x)  # between the blocks: no hooks
+    assert len(t) == first and hook_count(model) == 0
+    with t:
+        model(x).sum().backward()
+    assert len(t) == 2 * first
+    assert hook_count(model) == 0
+
+
+def test_a_stash_function_returning_no_stash_is_a_type_error_naming_stash() -> None:
+    model = mlp()
+    calls = []
+
+    def stash(event: Event) -> Any:
+        calls.append(event.name)
+        return Stash(event.name, event.type, event.grad, None) if len(calls) < 2 else "oops"
+
+    with pytest.raises(TypeError, match=r"stash= must return a tensor_tracker\.Stash.*str"):
+        with track(model, stash=stash) as t:
+            model(torch.randn(2, 4))
+    assert [s.name for s in t] == ["0"]  # what was recorded before is kept
+    assert hook_count(model) == 0
+    assert isinstance(t.to_frame(), object)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"sample": True}, TypeError, "sample="),
+        ({"sample": 0}, ValueError, "sample="),
+        ({"seed": "x"}, TypeError, "seed="),
+        ({"seed": 1.5}, TypeError, "seed="),
+        ({"grad": "no"}, TypeError, "grad="),
+        ({"train_only": "yes"}, TypeError, "train_only="),
+        ({"non_blocking": "x"}, TypeError, "non_blocking="),
+        ({"capture": 123}, TypeError, "capture="),
+        ({"capture": ()}, ValueError, "capture="),
+        ({"every": True}, TypeError, "every="),
+        ({"every": 0}, ValueError, "every="),
+        ({"max_bytes": True}, TypeError, "max_bytes="),
+        ({"max_bytes": 1.5}, TypeError, "max_bytes="),
+        ({"include": 3}, TypeError, "include="),
+        ({"exclude": "("}, ValueError, "exclude="),
+        ({"stash": "f"}, TypeError, "stash="),
+        ({"stash_value": 3}, TypeError, "stash_value="),
+        ({"dtype": "float16"}, TypeError, "dtype="),
+        ({"stash_value": lambda t: t, "seed": "x"}, TypeError, "seed="),
+    ],
+)
+def test_every_argument_is_checked_up_front(
+    kwargs: dict[str, Any], error: type, match: str
+) -> None:
+    model = mlp()
+    with pytest.raises(error, match=match) as info:
+        track(model, **kwargs)
+    assert isinstance(info.value, tensor_tracker.errors.TensorTrackerError)
+    assert hook_count(model) == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda t, m: t.register(m, name=3), "name"),
+        (lambda t, m: t.register(m, grad="no"), "grad="),
+        (lambda t, m: t.register_all(m, grad=1), "grad="),
+        (lambda t, m: t.step(True), "step"),
+        (lambda t, m: t.step("3"), "step"),
+    ],
+)
+def test_tracker_methods_check_their_arguments(call: Any, match: str) -> None:
+    model = mlp()
+    t = Tracker()
+    with pytest.raises(TypeError, match=match):
+        call(t, model)
+    assert hook_count(model) == 0
+
+
+def test_error_types_form_one_vocabulary() -> None:
+    errors = tensor_tracker.errors
+    assert issubclass(errors.MemoryBudgetError, errors.TensorTrackerError)
+    assert issubclass(errors.MemoryBudgetError, RuntimeError)
+    assert tensor_tracker.MemoryBudgetError is errors.MemoryBudgetError
+    assert issubclass(errors.ArgumentTypeError, TypeError)
+    assert issubclass(errors.ArgumentValueError, ValueError)

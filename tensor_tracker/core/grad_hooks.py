@@ -29,45 +29,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._torch_compat import gradient_node, graph_task_id, queue_at_end_of_backward, will_execute
+
 __all__ = [
     "Gather",
     "Tap",
     "Unrecordable",
-    "gradient_node",
-    "graph_task_id",
     "handle_is_dead",
     "in_backward",
     "unrecordable",
 ]
 
 
-def graph_task_id() -> int:
-    """The autograd graph task running in this thread (-1 outside `backward()`)."""
-    # Private, but the only way to tell backward passes apart from inside a hook; it is
-    # what register_multi_grad_hook uses too.
-    return torch._C._current_graph_task_id()
-
-
 def in_backward() -> bool:
     """Whether autograd is running a backward pass in this thread: forward hooks fire then
     when activation checkpointing recomputes a forward pass."""
     return graph_task_id() != -1
-
-
-def gradient_node(tensor: Tensor) -> Any:
-    """The autograd node that receives `tensor`'s gradient (a leaf's gradient accumulator)."""
-    get_edge = getattr(torch.autograd.graph, "get_gradient_edge", None)  # torch >= 2.2
-    return tensor.grad_fn if get_edge is None else get_edge(tensor).node
-
-
-def _will_execute(node: Any) -> bool:
-    return bool(torch._C._will_engine_execute_node(node))
-
-
-def _queue_at_end_of_backward(callback: Callable[[], None]) -> None:
-    # Runs `callback` when the current backward pass (graph task) finishes; DDP and FSDP
-    # use the same engine entry point for their end-of-backward work.
-    torch.autograd.Variable._execution_engine.queue_callback(callback)
 
 
 class Unrecordable:
@@ -253,7 +230,7 @@ class Gather:
             self._buffer = [None] * self.count
             self._arrived = 0
             self._expected = self._count_expected(index)
-            _queue_at_end_of_backward(self._flush)
+            queue_at_end_of_backward(self._flush)
         self._buffer[index] = grad
         self._arrived += 1
         if self._arrived >= self._expected:
@@ -266,7 +243,7 @@ class Gather:
             return math.inf
         # The tensor `backward()` starts from is reported as not executed, yet its hook
         # fires, and always first.
-        return sum(1 for i, node in self.nodes if i == first or _will_execute(node))
+        return sum(1 for i, node in self.nodes if i == first or will_execute(node))
 
     def _flush(self) -> None:
         buffer = self._buffer

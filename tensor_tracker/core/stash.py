@@ -9,6 +9,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from .._validate import check_bool, check_callable, check_count, check_int, check_type
+from ..errors import ArgumentValueError
 from .memo import LastTensorMemo
 from .structure import rmap_tensor
 
@@ -206,14 +208,17 @@ class CopyValue:
         seed: int = 0,
         non_blocking: bool = False,
     ) -> None:
-        if sample is not None and (not isinstance(sample, int) or sample < 1):
-            raise ValueError(f"sample must be a positive int (elements to keep), got {sample!r}")
-        if dtype is not None and not isinstance(dtype, torch.dtype):
-            raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16, got {dtype!r}")
+        check_count(sample, "sample=", "elements to keep", optional=True)
+        check_int(seed, "seed=")
+        check_bool(non_blocking, "non_blocking=")
+        if dtype is not None:
+            check_type(dtype, torch.dtype, "dtype=", "a torch.dtype such as torch.bfloat16")
+        if device is not None:
+            check_type(device, (str, torch.device), "device=", "a torch device ('cpu', 'cuda:0')")
         try:
             self.device = None if device is None else torch.device(device)
         except (RuntimeError, TypeError) as error:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"device={device!r} is not a torch device ('cpu', 'cuda:0', ...; None keeps "
                 f"copies on each tensor's own device): {error}"
             ) from None
@@ -271,14 +276,13 @@ def get_stash_fn(
         >>> fn = get_stash_fn(stash_value=lambda t: t.detach().std())
     """
     if stash is not None and stash_value is not None:
-        raise ValueError(
+        raise ArgumentValueError(
             "get_stash_fn: give either stash= (builds the whole Stash) or stash_value= "
             "(transforms each tensor), not both"
         )
     if stash is not None:
-        if not callable(stash):
-            raise TypeError(f"stash must be callable (Event -> Stash), got {stash!r}")
+        check_callable(stash, "stash=", "Event -> Stash")
         return stash
-    if stash_value is not None and not callable(stash_value):
-        raise TypeError(f"stash_value must be callable (Tensor -> value), got {stash_value!r}")
+    if stash_value is not None:
+        check_callable(stash_value, "stash_value=", "Tensor -> value")
     return _BoundDefaultStash(stash_value or default_stash_value)

@@ -15,6 +15,16 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from .._torch_compat import forget_compiled_code
+from .._validate import (
+    check_bool,
+    check_callable,
+    check_choices,
+    check_count,
+    check_int,
+    check_type,
+)
+from ..errors import ArgumentTypeError, ArgumentValueError, MemoryBudgetError
 from .grad_hooks import Gather, Tap, handle_is_dead, in_backward, unrecordable
 from .stash import (
     Event,
@@ -29,7 +39,7 @@ from .stash import (
 )
 from .structure import iter_leaves, iter_tensors
 
-__all__ = ["CAPTURE", "MemoryBudgetError", "Pattern", "Recorder"]
+__all__ = ["CAPTURE", "Pattern", "Recorder"]
 
 Pattern = str | re.Pattern[str] | None
 """A module-name filter: `None`, a regular expression string, or a compiled pattern."""
@@ -38,32 +48,21 @@ CAPTURE = ("outputs", "inputs", "params")
 """What `capture=` can name: module outputs, module inputs, and each module's own parameters."""
 
 
-class MemoryBudgetError(RuntimeError):
-    """Raised when the stashes would exceed `max_bytes`; the hooks are removed first and
-    everything stashed so far is kept."""
-
-
 def compile_pattern(pattern: Pattern, argument: str) -> re.Pattern[str] | None:
     """Compile a module-name filter, naming `argument` in the error when it is not valid."""
     if pattern is None or isinstance(pattern, re.Pattern):
         return pattern
-    if not isinstance(pattern, str):
-        raise TypeError(
-            f"{argument}= must be a regex string or compiled pattern, got {type(pattern).__name__}"
-        )
+    check_type(pattern, str, f"{argument}=", "a regex string, a compiled pattern or None")
     try:
         return re.compile(pattern)
     except re.error as error:
-        raise ValueError(
+        raise ArgumentValueError(
             f"{argument}={pattern!r} is not a valid regular expression: {error}"
         ) from None
 
 
 def _check_module(module: Any, argument: str = "module") -> None:
-    if not isinstance(module, nn.Module):
-        raise TypeError(
-            f"{argument} must be a torch.nn.Module (the model to track), got {type(module).__name__}"
-        )
+    check_type(module, nn.Module, argument, "a torch.nn.Module (the model to track)")
 
 
 def _value_nbytes(value: Any, seen: set[int] | None = None) -> int:
@@ -86,6 +85,15 @@ def _value_nbytes(value: Any, seen: set[int] | None = None) -> int:
 
 
 _R = TypeVar("_R", bound="Recorder")
+
+_COMPILED_PREFIX = re.compile(r"^_orig_mod\.?")
+
+
+def _is_compiled(module: nn.Module) -> bool:
+    return type(module).__name__ == "OptimizedModule" and isinstance(
+        getattr(module, "_orig_mod", None), nn.Module
+    )
+
 
 _RECENT_TAPS = 8
 """How many recently hooked tensors a new hook is compared with, to share one tap."""
@@ -199,23 +207,19 @@ class Recorder:
         train_only: bool = False,
         max_bytes: int | None = None,
     ) -> None:
-        capture_set = {capture} if isinstance(capture, str) else set(capture)
-        unknown = capture_set - set(CAPTURE)
-        if unknown or not capture_set:
-            raise ValueError(
-                f"capture= takes one or more of {CAPTURE}, got {capture!r}"
-                + (f" (unknown: {sorted(unknown)})" if unknown else "")
-            )
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ValueError(
-                f"every= must be a positive int (record every N-th step), got {every!r}"
-            )
-        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes <= 0):
-            raise ValueError(f"max_bytes= must be a positive int (bytes), got {max_bytes!r}")
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(
-                f"optimizer= must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
-            )
+        if isinstance(capture, str):
+            capture_set = {capture}
+        else:
+            check_type(capture, Iterable, "capture=", f"one or several of {CAPTURE}")
+            capture_set = set(capture)
+        check_choices(capture_set, "capture=", CAPTURE)
+        if stash is not None:
+            check_callable(stash, "stash=", "Event -> Stash")
+        check_count(every, "every=", "record every N-th step")
+        check_bool(train_only, "train_only=")
+        check_count(max_bytes, "max_bytes=", "bytes", optional=True)
+        if optimizer is not None:
+            check_type(optimizer, torch.optim.Optimizer, "optimizer=", "a torch.optim.Optimizer")
         self.stashes: list[Stash] = []
         self._stash_fn: StashFn = stash if stash is not None else get_stash_fn()
         # With the standard StashFn the hooks build each Stash directly (no Event); only
@@ -236,9 +240,11 @@ class Recorder:
         self._train_only = train_only
         self._max_bytes = max_bytes
         self._nbytes = 0
+        self._counted: set[int] = set()  # ids of the objects max_bytes has counted
         self._step = 0
         self._step_count = 0
         self._registrations: list[_Registration] = []
+        self._released: list[_Registration] = []  # unregistered, re-attached on `with`
         self._handles: list[RemovableHandle] = []
         self._grad_handles: list[Any] = []
         self._attached = False
@@ -260,6 +266,8 @@ class Recorder:
             >>> tracker.register(model[0], "first", grad=False)
         """
         _check_module(module)
+        check_type(name, str, "name", "the module's name (str)")
+        check_bool(grad, "grad=")
         registration = _Registration(module, name, grad)
         self._registrations.append(registration)
         if self.recording:
@@ -280,13 +288,15 @@ class Recorder:
             >>> tracker.register_all(model, include=r"layers\\.\\d+$", exclude="dropout")
         """
         _check_module(module)
+        check_bool(grad, "grad=")
         include_re = compile_pattern(include, "include")
         exclude_re = compile_pattern(exclude, "exclude")
-        # torch.compile wraps the model; its modules keep the names they have uncompiled.
-        original = getattr(module, "_orig_mod", None)
-        if type(module).__name__ == "OptimizedModule" and isinstance(original, nn.Module):
-            module = original
         for name, child in module.named_modules():
+            forget_compiled_code(child)  # a no-op unless torch.compile'd and run already
+            if _is_compiled(child):
+                continue  # its _orig_mod is registered instead, under the same name
+            # torch.compile wraps modules; they keep the names they have uncompiled.
+            name = _COMPILED_PREFIX.sub("", name.replace("._orig_mod", ""))
             if include_re is not None and not include_re.search(name):
                 continue
             if exclude_re is not None and exclude_re.search(name):
@@ -294,14 +304,18 @@ class Recorder:
             self.register(child, name, grad)
 
     def unregister(self) -> None:
-        """Remove every hook this tracker attached; the stashes stay."""
+        """Remove every hook this tracker attached; the stashes stay. Entering the tracker
+        again (`with tracker:`) attaches the same hooks again."""
         self._detach()
-        self._registrations.clear()
+        if self._registrations:
+            self._released = self._registrations
+        self._registrations = []
 
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
         self.stashes.clear()
         self._nbytes = 0
+        self._counted.clear()
 
     def step(self, n: int | None = None) -> None:
         """Advance to the next step (or to step `n`, for an x-axis of your choice such as
@@ -313,8 +327,8 @@ class Recorder:
             ...     loss_fn(model(batch)).backward(); opt.step(); opt.zero_grad()
             ...     tracker.step()
         """
-        if n is not None and (not isinstance(n, int) or isinstance(n, bool)):
-            raise TypeError(f"step(n): n must be an int, got {type(n).__name__}")
+        if n is not None:
+            check_int(n, "step(n): n")
         self._step = self._step + 1 if n is None else n
         self._step_count += 1
         for registration in self._registrations:
@@ -550,16 +564,28 @@ class Recorder:
                 training,
             )
             stash = self._stash_fn(event)
-            if isinstance(stash, Stash):
-                stash.call, stash.step, stash.kind, stash.attr = call, self._step, kind, attr
-                stash.training = training
+            if not isinstance(stash, Stash):
+                self._bad_stash(stash)
+            stash.call, stash.step, stash.kind, stash.attr = call, self._step, kind, attr
+            stash.training = training
         if self._max_bytes is not None:
-            size = _value_nbytes(stash.value)
+            # Counted like `nbytes`: an object shared with an earlier stash (a parent
+            # returning its child's output) is counted once.
+            size = _value_nbytes(stash.value, self._counted)
             if self._nbytes + size > self._max_bytes:
                 self._over_budget(stash, size)
             self._nbytes += size
         self._pending_copies = self._non_blocking
         self.stashes.append(stash)
+
+    def _bad_stash(self, stash: object) -> None:
+        self.unregister()
+        raise ArgumentTypeError(
+            "stash= must return a tensor_tracker.Stash (e.g. "
+            "Stash(event.name, event.type, event.grad, value)), but it returned "
+            f"{type(stash).__name__}. Tracking stopped (hooks removed); the "
+            f"{len(self.stashes)} stashes so far are kept."
+        )
 
     def _over_budget(self, stash: Stash, size: int) -> None:
         self.unregister()
@@ -609,6 +635,13 @@ class Recorder:
     __repr__ = __str__
 
     def __enter__(self: _R) -> _R:
+        # A tracker used in several `with` blocks records in each of them.
+        if not self._registrations and self._released:
+            for registration in self._released:
+                self._registrations.append(registration)
+                if self.recording:
+                    self._attach(registration)
+            self._released = []
         return self
 
     def __exit__(self, *exc: object) -> None:

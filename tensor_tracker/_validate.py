@@ -1,0 +1,70 @@
+"""Shared argument checks: each raises the `errors` type for its condition, naming the
+argument, before anything is attached to a model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+from .errors import ArgumentTypeError, ArgumentValueError
+
+__all__ = ["check_bool", "check_callable", "check_count", "check_int", "check_type"]
+
+T = TypeVar("T")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"a {type(value).__name__}"
+
+
+def check_type(value: Any, types: type | tuple[type, ...], argument: str, what: str) -> None:
+    """`value` must be an instance of `types`, described to the user as `what`."""
+    if not isinstance(value, types):
+        raise ArgumentTypeError(f"{argument} must be {what}, got {_show(value)}")
+
+
+def check_bool(value: Any, argument: str) -> bool:
+    """`value` must be `True` or `False` (not a string such as "no", not 0/1)."""
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"{argument} must be True or False, got {_show(value)}")
+    return value
+
+
+def check_int(value: Any, argument: str, what: str = "an int") -> int:
+    """`value` must be an int; `True`/`False` are refused (they are ints to Python)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ArgumentTypeError(f"{argument} must be {what}, got {_show(value)}")
+    return value
+
+
+def check_count(
+    value: Any, argument: str, what: str, *, minimum: int = 1, optional: bool = False
+) -> int | None:
+    """`value` must be an int >= `minimum` (or None when `optional`); `what` says what it
+    counts, e.g. "elements to keep"."""
+    if value is None and optional:
+        return None
+    kind = f"an int >= {minimum}" if minimum != 1 else "a positive int"
+    expected = f"{kind} ({what}){' or None' if optional else ''}"
+    check_int(value, argument, expected)
+    if value < minimum:
+        raise ArgumentValueError(f"{argument} must be {expected}, got {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def check_callable(value: Any, argument: str, what: str) -> Callable[..., Any]:
+    """`value` must be callable; `what` describes its signature, e.g. "Event -> Stash"."""
+    if not callable(value):
+        raise ArgumentTypeError(f"{argument} must be a function ({what}), got {_show(value)}")
+    return value  # type: ignore[no-any-return]
+
+
+def check_choices(values: Collection[T], argument: str, allowed: Collection[T]) -> None:
+    """Every item of `values` must be in `allowed`, and there must be at least one."""
+    unknown = [v for v in values if v not in allowed]
+    if unknown or not values:
+        raise ArgumentValueError(
+            f"{argument} takes one or more of {tuple(allowed)}, got {_show(values)}"
+            + (f" (unknown: {unknown})" if unknown else "")
+        )

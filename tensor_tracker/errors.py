@@ -1,0 +1,62 @@
+"""The exceptions tensor_tracker raises, one vocabulary for the whole library.
+
+Every error the library raises on purpose derives from `TensorTrackerError`, so
+`except tensor_tracker.errors.TensorTrackerError` catches exactly those. Each also derives
+from the built-in exception that names the condition, so code written against the
+built-ins keeps working:
+
+- an argument of the wrong type: `ArgumentTypeError` (a `TypeError`);
+- an argument with a bad value (out of range, unknown name, invalid regex, ...):
+  `ArgumentValueError` (a `ValueError`);
+- stashes about to exceed `max_bytes`: `MemoryBudgetError` (a `RuntimeError`);
+- a statistic or column that was not recorded: `NotRecordedError` (a `KeyError`);
+- an optional extra (pandas, matplotlib, ...) that is not installed: `MissingExtraError`
+  (an `ImportError`).
+
+Example:
+    >>> from tensor_tracker.errors import ArgumentValueError
+    >>> try:
+    ...     tensor_tracker.track(model, every=0)
+    ... except ArgumentValueError as error:
+    ...     print(error)
+    every= must be a positive int (record every N-th step), got 0
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArgumentTypeError",
+    "ArgumentValueError",
+    "MemoryBudgetError",
+    "MissingExtraError",
+    "NotRecordedError",
+    "TensorTrackerError",
+]
+
+
+class TensorTrackerError(Exception):
+    """The base of every exception tensor_tracker raises on purpose."""
+
+
+class ArgumentTypeError(TensorTrackerError, TypeError):
+    """An argument has the wrong type; the message names the argument and what it takes."""
+
+
+class ArgumentValueError(TensorTrackerError, ValueError):
+    """An argument has a value the function cannot use; the message names the argument."""
+
+
+class MemoryBudgetError(TensorTrackerError, RuntimeError):
+    """The stashes would exceed `max_bytes`; the hooks are removed first and everything
+    stashed so far is kept."""
+
+
+class NotRecordedError(TensorTrackerError, KeyError):
+    """A statistic, column or value was asked for that the recording does not hold."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; show it as written
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingExtraError(TensorTrackerError, ImportError):
+    """An optional dependency is not installed; the message says what to install."""
