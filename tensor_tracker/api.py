@@ -13,7 +13,7 @@ from .core.stash import CopyValue, StashFn, StashValueFn, get_stash_fn
 from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
 from .data.frame import to_frame
 from .errors import ArgumentValueError
-from .stats import parse
+from .stats import StatsFn, parse
 
 if TYPE_CHECKING:
     import pandas
@@ -57,7 +57,9 @@ class Tracker(Recorder):
             >>> df.groupby(["name", "grad"])["std"].mean()
         """
         self._sync()
-        return to_frame(self.stashes, stat, stat_name)
+        stats_fn = getattr(self._stash_fn, "stash_value", None)
+        names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
+        return to_frame(self.stashes, stat, stat_name, names)
 
 
 def track(

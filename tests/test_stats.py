@@ -913,3 +913,22 @@ def test_spread_accurate_at_any_mean_to_std_ratio(ratio: float) -> None:
     assert got["std"] == pytest.approx(x64.std().item(), rel=2e-5)
     assert got["rms"] == pytest.approx(x64.square().mean().sqrt().item(), rel=2e-5)
     assert got["mean"] == pytest.approx(x64.mean().item(), rel=1e-5, abs=1e-6)
+
+
+def test_complex_tensors_are_summarised_by_their_magnitudes() -> None:
+    z = torch.tensor([3j, -4j, 0j])
+    got = S.compute(z, ["mean", "rms", "abs_max", "min", "max", "zero_frac", "numel"]).to_dict()
+    assert got == pytest.approx(
+        {
+            "mean": 7 / 3,
+            "rms": math.sqrt(25 / 3),
+            "abs_max": 4.0,
+            "min": 0.0,
+            "max": 4.0,
+            "zero_frac": 1 / 3,
+            "numel": 3.0,
+        }
+    )
+    seen = []
+    S.compute(z, [("kind", lambda t: seen.append(t.dtype) or t.abs().sum())])
+    assert seen == [torch.complex64]  # custom statistics get the complex tensor itself

@@ -8,6 +8,7 @@ import re
 import warnings
 from typing import Any, NamedTuple
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor, nn
@@ -524,6 +525,65 @@ def test_to_frame_of_empty_tracker() -> None:
     assert len(df) == 0 and "std" in df.columns
 
 
+class DictAndNone(nn.Module):
+    """Returns a dict; its child returns None: neither is a plain tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.nothing = Nothing()
+
+    def forward(self, x: Tensor) -> dict[str, Any]:
+        self.nothing(x)
+        return {"hidden": self.lin(x), "note": "text"}
+
+
+class Nothing(nn.Module):
+    def forward(self, x: Tensor) -> None:
+        return None
+
+
+def test_statistics_columns_survive_stashes_without_statistics() -> None:
+    torch.manual_seed(0)
+    model = DictAndNone()
+    x = torch.randn(6, 4)
+    with track(model, stats=True) as t:
+        model(x)["hidden"].sum().backward()
+    df = t.to_frame()
+    hidden = model.lin(x).detach()
+    rows = df[(df["name"] == "") & ~df["grad"]]
+    assert rows["std"].tolist() == pytest.approx([hidden.std().item()])  # the dict's tensor
+    assert df.loc[df["name"] == "nothing", "std"].isna().all()
+    assert df["std"].notna().sum() == 4  # lin and the root, forward and gradient
+    with track(model, stats=["rms", "fp16_overflow"]) as t:
+        model(x)
+    df = t.to_frame()
+    assert "std" not in df.columns and df["rms"].notna().sum() == 2
+
+
+def test_an_empty_statistics_tracker_has_the_statistic_columns() -> None:
+    t = track(mlp(), stats=True)
+    t.unregister()
+    df = t.to_frame()
+    cols = ["mean", "std", "rms", "abs_max", "min", "max"]
+    assert set(cols) <= set(df.columns)
+    first_bad_step = df[~np.isfinite(df[cols]).all(axis=1)].step.min()  # the README's line
+    assert first_bad_step != first_bad_step  # NaN: no bad step
+
+
+def test_plain_and_statistics_stashes_share_a_frame_without_clobbering() -> None:
+    model = mlp()
+    x = torch.randn(5, 4)
+    with track(model, stats=True, grad=False) as with_stats:
+        model(x)
+    with track(model, grad=False) as plain:
+        model(x)
+    df = tensor_tracker.to_frame([*with_stats, *plain])
+    assert df["std"].notna().all()
+    assert df["std"].tolist()[:4] == pytest.approx(df["std"].tolist()[4:], rel=1e-6)
+    assert df["rms"][:4].notna().all() and df["rms"][4:].isna().all()
+
+
 # -- in-place operations on views (nn.Linear on 3-D inputs returns a view) ---------------
 
 
@@ -707,7 +767,9 @@ def test_a_compiled_model_that_already_ran_is_recorded(how: str) -> None:
     with track(compiled) as t:
         compiled(x).sum().backward()
     assert [(s.name, s.grad) for s in t] == [(s.name, s.grad) for s in expected]
-    assert all(torch.equal(a.value, b.value) for a, b in zip(t, expected, strict=True) if not a.grad)
+    assert all(
+        torch.equal(a.value, b.value) for a, b in zip(t, expected, strict=True) if not a.grad
+    )
     before = len(t)
     compiled(x).sum().backward()  # after the block: nothing more is recorded
     assert len(t) == before
@@ -736,9 +798,9 @@ def test_a_stash_function_returning_no_stash_is_a_type_error_naming_stash() -> N
         calls.append(event.name)
         return Stash(event.name, event.type, event.grad, None) if len(calls) < 2 else "oops"
 
-    with pytest.raises(TypeError, match=r"stash= must return a tensor_tracker\.Stash.*str"):
-        with track(model, stash=stash) as t:
-            model(torch.randn(2, 4))
+    t = track(model, stash=stash)
+    with pytest.raises(TypeError, match=r"stash= must return a tensor_tracker\.Stash.*str"), t:
+        model(torch.randn(2, 4))
     assert [s.name for s in t] == ["0"]  # what was recorded before is kept
     assert hook_count(model) == 0
     assert isinstance(t.to_frame(), object)

@@ -12,6 +12,8 @@ from torch import Tensor
 
 from .._optional import require
 from ..core.stash import Stash
+from ..core.structure import iter_leaves
+from ..errors import NotRecordedError
 from ..stats import NAMES, Stats, compute, stats_table
 
 if TYPE_CHECKING:
@@ -54,6 +56,8 @@ def _tensor_stats(fn: Callable[[Tensor], Any], values: Sequence[Any]) -> list[fl
         for i, value in enumerate(values):
             if not isinstance(value, Tensor) or value.numel() == 0:
                 continue
+            if value.layout != torch.strided:  # sparse: the dense tensor it stands for
+                value = value.to_dense()
             try:
                 result = fn(value)
             except (RuntimeError, TypeError, ValueError, KeyError):
@@ -71,12 +75,37 @@ def _tensor_stats(fn: Callable[[Tensor], Any], values: Sequence[Any]) -> list[fl
     return out
 
 
+def _first_stats(value: Any) -> Stats | None:
+    """The statistics of the first tensor in a stash's value (a tuple, dict, `ModelOutput`,
+    ...), or None when it holds none."""
+    if isinstance(value, Stats):
+        return value
+    for leaf in iter_leaves(value):
+        if isinstance(leaf, Stats):
+            return leaf
+    return None
+
+
 def to_frame(
     stashes: Sequence[Stash],
     stat: Callable[[Tensor], Any] | str | None = None,
     stat_name: str | None = None,
+    stats_names: Sequence[str] = (),
 ) -> pandas.DataFrame:
-    """Build the DataFrame of `Tracker.to_frame` (see there) from a list of stashes."""
+    """Build the DataFrame of `Tracker.to_frame` (see there) from a list of stashes.
+
+    Stashes holding statistics (`track(..., stats=...)`) fill one column per statistic, from
+    the first tensor of their value; the others fill the `stat` column from their
+    `first_value`. Both kinds can be mixed without one overwriting the other's values.
+
+    Args:
+        stashes: the stashes, one row each.
+        stat: the statistic of the plain stashes (default `torch.std`), or a recorded
+            statistic's name to keep only that column.
+        stat_name: the name of that column.
+        stats_names: statistic columns to include even when no stash holds them (a
+            `stats=` tracker passes its statistics, so an empty frame has their columns).
+    """
     pd = require("pandas", "pandas")
     n = len(stashes)
     columns: dict[str, Any] = {
@@ -89,31 +118,37 @@ def to_frame(
         "attr": [s.attr for s in stashes],
         "training": [s.training for s in stashes],
     }
-    firsts = [s.first_value for s in stashes]
-    stats_rows = [i for i, v in enumerate(firsts) if isinstance(v, Stats)]
-    if stats_rows:
-        table = stats_table([firsts[i] for i in stats_rows])
-        if stat is not None:
-            wanted = stat if isinstance(stat, str) else getattr(stat, "__name__", "")
-            if wanted not in table:
-                raise KeyError(
-                    f"to_frame: stat={wanted!r} was not recorded; recorded statistics: "
-                    f"{list(table)}"
-                )
-            table = {stat_name or wanted: table[wanted]}
-        for column, values in table.items():
-            full: list[Any] = [math.nan] * n
-            for i, v in zip(stats_rows, values):
-                full[i] = v
-            columns[column] = full
-    if len(stats_rows) < n or n == 0:
-        fn = _stat_fn(stat)
-        name = stat_name or (stat if isinstance(stat, str) else getattr(fn, "__name__", None))
-        plain = [i for i, v in enumerate(firsts) if not isinstance(v, Stats)]
-        values = _tensor_stats(fn, [firsts[i] for i in plain])
-        full = [math.nan] * n
-        for i, v in zip(plain, values):
+    found = [_first_stats(s.value) for s in stashes]
+    stats_rows = [i for i, v in enumerate(found) if v is not None]
+    table = stats_table([v for v in found if v is not None])
+    for name in stats_names:
+        table.setdefault(name, [])
+    if stat is not None and table:
+        wanted = stat if isinstance(stat, str) else getattr(stat, "__name__", "")
+        if wanted not in table:
+            raise NotRecordedError(
+                f"to_frame: stat={wanted!r} was not recorded; recorded statistics: {list(table)}"
+            )
+        table = {stat_name or wanted: table[wanted]}
+    for column, values in table.items():
+        full: list[Any] = [math.nan] * n
+        for i, v in zip(stats_rows, values):
             full[i] = v
-        columns[name or "value"] = full
+        columns[column] = full
+    firsts = [s.first_value for s in stashes]
+    plain = [i for i, v in enumerate(found) if v is None]
+    # A stats recording's rows without statistics (a module returning None) add no column;
+    # plain stashes do, or an empty frame of a plain recording.
+    if not table or any(isinstance(firsts[i], Tensor) for i in plain):
+        fn = _stat_fn(stat)
+        label = stat_name or (stat if isinstance(stat, str) else getattr(fn, "__name__", None))
+        label = label or "value"
+        values = _tensor_stats(fn, [firsts[i] for i in plain])
+        # A plain column named like a statistic shares it: each row keeps its own value.
+        shared = columns.get(label) if label in table else None
+        full = shared if isinstance(shared, list) else [math.nan] * n
+        for i, v in zip(plain, values, strict=True):
+            full[i] = v
+        columns[label] = full
     frame: pandas.DataFrame = pd.DataFrame(columns)
     return frame

@@ -20,7 +20,11 @@ Built-in statistic names (see `NAMES`):
   included). Values exactly at a limit are representable and not counted.
 
 Sparse tensors (e.g. the gradient of `nn.Embedding(sparse=True)`) are summarised as the
-dense tensors they stand for: implicit zeros count as values.
+dense tensors they stand for: implicit zeros count as values. Complex tensors are summarised
+by their magnitudes `|z|`: `rms` and `abs_max` are then the usual complex RMS and largest
+modulus, while `mean`, `std`, `min` and `max` describe the distribution of `|z|` (a
+complex mean would not fit in a float column), and format fractions count `|z|` against
+each format's limits. Custom statistics receive the complex tensor itself.
 
 Fractions are over all `numel` values. An empty tensor gives `numel` 0, counts 0 and NaN
 for everything else. When a tensor holds any NaN or ±inf, `mean`, `std` and `rms` are NaN,

@@ -178,8 +178,10 @@ class StatsFn:
         numel = x.numel()
         if numel == 0:
             return Stats(self.layout, self.layout._empty_raw(x.device), 0)
-        dtype = compute_dtype(x.dtype)
-        xc = flat(x if dtype is None else x.to(dtype))
+        # Complex tensors are summarised by their magnitudes (custom statistics get x).
+        magnitude = x.abs() if x.is_complex() else x
+        dtype = compute_dtype(magnitude.dtype)
+        xc = flat(magnitude if dtype is None else magnitude.to(dtype))
         # Each part is a tensor, or host floats from the CPU's fast paths; when all of them
         # are floats, no tensor is built until the statistics are read.
         parts: list[Tensor | list[float]] = []
