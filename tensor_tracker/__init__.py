@@ -21,13 +21,9 @@ Where things live, in layers that import only downwards:
 from . import errors, integrations, plot, stats, widgets
 from .api import Tracker, track
 from .core.grad_hooks import Unrecordable
-from .core.stash import (
+from .core.records import Event, Kind, Stash, StashFn, StashValueFn
+from .core.stash_fns import (
     CopyValue,
-    Event,
-    Kind,
-    Stash,
-    StashFn,
-    StashValueFn,
     default_stash,
     default_stash_value,
     get_stash_fn,

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .core.stash import Stash
+from .core.records import Stash
 from .core.tracker import Recorder
 
 __all__ = [

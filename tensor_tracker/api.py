@@ -9,7 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from ._validate import check_bool
-from .core.stash import CopyValue, StashFn, StashValueFn, get_stash_fn
+from .core.records import StashFn, StashValueFn
+from .core.stash_fns import CopyValue, get_stash_fn
 from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
 from .data.frame import to_frame
 from .errors import ArgumentValueError

@@ -44,7 +44,7 @@ from ._select import (
     stash_label,
     stash_tensor,
 )
-from .core.stash import Stash
+from .core.records import Stash
 from .stats import NAMES, Stats, parse, stats_table
 from .stats.formats import FORMATS, Format
 

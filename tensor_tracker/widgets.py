@@ -45,7 +45,7 @@ from ._select import (
     select,
     stash_label,
 )
-from .core.stash import Stash
+from .core.records import Stash
 from .stats import NAMES, Stats
 
 if TYPE_CHECKING:

@@ -1,4 +1,11 @@
-"""Remembering the result for the last tensor seen, so the same tensor is processed once."""
+"""Recognising a tensor seen again unchanged, so that it is processed once.
+
+A parent module often returns its last child's output object, `Dropout(p=0)` returns its
+input, and every module that returned a tensor gets the same gradient object: the hooks for
+all of them fire back to back with one tensor. "Unchanged" means the same in-place version
+counter; tensors are held by weak references only. Inference-mode tensors have no version
+counter and are never recognised.
+"""
 
 from __future__ import annotations
 
@@ -8,34 +15,65 @@ from typing import Generic, TypeVar
 
 from torch import Tensor
 
-__all__ = ["LastTensorMemo"]
+__all__ = ["LastTensorMemo", "RecentTensors"]
 
 R = TypeVar("R")
 
 
-class LastTensorMemo(Generic[R]):
-    """Calls `fn`, unless the tensor is the last one seen and unchanged since.
+class RecentTensors(Generic[R]):
+    """What was kept for the last `size` tensors seen, looked up by identity and version.
 
-    A parent module often returns its last child's output object, `Dropout(p=0)` returns its
-    input, and every module that returned a tensor gets the same gradient object: the hooks
-    for all of them fire back to back with one tensor. "Unchanged" means the same in-place
-    version counter; the tensor is held by a weak reference only. Inference-mode tensors have
-    no version counter and are never memoised.
+    Example:
+        >>> recent = RecentTensors[str](2)
+        >>> x = torch.ones(2)
+        >>> recent.put(x, "seen"); recent.get(x)
+        'seen'
+        >>> x.add_(1); recent.get(x) is None   # modified in place since
+        True
     """
 
-    __slots__ = ("_last", "fn")
+    __slots__ = ("_entries", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: list[tuple[weakref.ref[Tensor], int, R]] = []
+
+    def get(self, tensor: Tensor) -> R | None:
+        """What was put for `tensor` if it is one of the recent ones and unchanged since."""
+        if tensor.is_inference():
+            return None
+        version = tensor._version
+        for ref, seen_version, value in self._entries:
+            if ref() is tensor and seen_version == version:
+                return value
+        return None
+
+    def put(self, tensor: Tensor, value: R) -> None:
+        """Remember `value` for `tensor` as it is now (forgetting the oldest entry)."""
+        if tensor.is_inference():
+            return
+        entries = self._entries
+        if len(entries) == self.size:
+            del entries[0]
+        entries.append((weakref.ref(tensor), tensor._version, value))
+
+    def clear(self) -> None:
+        """Forget every tensor."""
+        self._entries.clear()
+
+
+class LastTensorMemo(Generic[R]):
+    """Calls `fn`, unless the tensor is the last one seen and unchanged since."""
+
+    __slots__ = ("_recent", "fn")
 
     def __init__(self, fn: Callable[[Tensor], R]) -> None:
         self.fn = fn
-        self._last: tuple[weakref.ref[Tensor], int, R] | None = None
+        self._recent = RecentTensors[R](1)
 
     def __call__(self, tensor: Tensor) -> R:
-        last = self._last
-        if tensor.is_inference():
-            return self.fn(tensor)
-        version = tensor._version
-        if last is not None and last[0]() is tensor and last[1] == version:
-            return last[2]
-        result = self.fn(tensor)
-        self._last = (weakref.ref(tensor), version, result)
+        result = self._recent.get(tensor)
+        if result is None:
+            result = self.fn(tensor)
+            self._recent.put(tensor, result)
         return result

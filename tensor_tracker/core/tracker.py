@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
@@ -26,18 +25,10 @@ from .._validate import (
 )
 from ..errors import ArgumentTypeError, ArgumentValueError, MemoryBudgetError
 from .grad_hooks import Gather, Tap, handle_is_dead, in_backward, unrecordable
-from .stash import (
-    Event,
-    Kind,
-    Stash,
-    StashFn,
-    StashValueFn,
-    _BoundDefaultStash,
-    _stash,
-    default_stash_value,
-    get_stash_fn,
-)
-from .structure import iter_leaves, iter_tensors
+from .memo import RecentTensors
+from .records import Kind, Origin, Stash, StashFn, StashValueFn
+from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn
+from .structure import iter_leaves, iter_tensors, rmap_tensor
 
 __all__ = ["CAPTURE", "Pattern", "Recorder"]
 
@@ -93,10 +84,6 @@ def _is_compiled(module: nn.Module) -> bool:
     return type(module).__name__ == "OptimizedModule" and isinstance(
         getattr(module, "_orig_mod", None), nn.Module
     )
-
-
-_RECENT_TAPS = 8
-"""How many recently hooked tensors a new hook is compared with, to share one tap."""
 
 
 class _Guarded:
@@ -249,7 +236,9 @@ class Recorder:
         self._grad_handles: list[Any] = []
         self._attached = False
         self._prune_at = 1024
-        self._recent_taps: list[tuple[weakref.ref[Tensor], int, Tap]] = []
+        # A few, not one: a parent returning (loss, logits) hooks loss before it meets its
+        # child's logits again.
+        self._recent_taps = RecentTensors[Tap](8)
 
     # -- registration ------------------------------------------------------------------
 
@@ -373,6 +362,11 @@ class Recorder:
 
     # -- hooks (hot path: no host synchronisation, little Python) -------------------------
 
+    def _origin(
+        self, reg: _Registration, call: int, kind: Kind, attr: str, training: bool
+    ) -> Origin:
+        return Origin(reg.name, reg.type, call, self._step, kind, attr, training)
+
     def _forward_hook(self, reg: _Registration) -> Callable[..., None]:
         def hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -385,9 +379,10 @@ class Recorder:
                 return
             call = reg.calls
             reg.calls = call + 1
-            self._record(reg, False, output, args, kwargs, call, "output", "", training)
+            origin = self._origin(reg, call, "output", "", training)
+            self._record(origin, False, output, args, kwargs)
             if reg.grad:
-                self._hook_grads(reg, output, call, "output", "", training)
+                self._hook_grads(reg, origin, output)
 
         return hook
 
@@ -409,31 +404,32 @@ class Recorder:
             if self._inputs:
                 for index, value in enumerate(args):
                     self._record_input(
-                        reg, reg.arg_name(index), value, args, kwargs, call, training
+                        reg, call, reg.arg_name(index), value, args, kwargs, training
                     )
                 for key, value in kwargs.items():
-                    self._record_input(reg, key, value, args, kwargs, call, training)
+                    self._record_input(reg, call, key, value, args, kwargs, training)
             if self._params and reg.param_step != self._step_count:
                 reg.param_step = self._step_count
                 for attr, param in reg.params:
-                    self._record(reg, False, param, (), {}, 0, "param", attr, training)
+                    self._record(self._origin(reg, 0, "param", attr, training), False, param)
 
         return hook
 
     def _record_input(
         self,
         reg: _Registration,
+        call: int,
         attr: str,
         value: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        call: int,
         training: bool,
     ) -> None:
         if next(iter_tensors(value), None) is not None:
-            self._record(reg, False, value, args, kwargs, call, "input", attr, training)
+            origin = self._origin(reg, call, "input", attr, training)
+            self._record(origin, False, value, args, kwargs)
             if reg.grad:
-                self._hook_grads(reg, value, call, "input", attr, training)
+                self._hook_grads(reg, origin, value)
 
     def _recomputed(
         self, reg: _Registration, value: Any, kind: Kind, attr: str, training: bool
@@ -443,14 +439,14 @@ class Recorder:
         (`use_reentrant=True`), this run's graph is the one whose gradients come back."""
         call = max(reg.calls - 1, 0)
         if reg.grad and reg.no_grad_call == call and (kind, attr) not in reg.no_grad_hooked:
-            self._hook_grads(reg, value, call, kind, attr, training)
+            self._hook_grads(reg, self._origin(reg, call, kind, attr, training), value)
 
     def _param_grad_hook(self, reg: _Registration, attr: str) -> Callable[[Tensor], None]:
         def hook(param: Tensor) -> None:
             training = reg.module.training
             if self._train_only and not training:
                 return
-            self._record(reg, True, (param.grad,), (), {}, 0, "param", attr, training)
+            self._record(self._origin(reg, 0, "param", attr, training), True, (param.grad,))
 
         return hook
 
@@ -463,15 +459,12 @@ class Recorder:
                 for key, value in optimizer.state.get(param, {}).items():
                     # Skip scalars such as Adam's "step"; keep per-element state.
                     if isinstance(value, Tensor) and value.shape == param.shape:
-                        self._record(
-                            reg, False, value, (), {}, 0, "optimizer", f"{attr}.{key}", training
-                        )
+                        origin = self._origin(reg, 0, "optimizer", f"{attr}.{key}", training)
+                        self._record(origin, False, value)
 
-    def _hook_grads(
-        self, reg: _Registration, value: Any, call: int, kind: Kind, attr: str, training: bool
-    ) -> None:
+    def _hook_grads(self, reg: _Registration, origin: Origin, value: Any) -> None:
         """Hook the gradients of the tensors in `value`, recorded as one gradient stash per
-        backward pass (see `_grad_hooks`). Tensor hooks add no autograd node, so gradients
+        backward pass (see `grad_hooks`). Tensor hooks add no autograd node, so gradients
         stay bitwise identical and later in-place ops on `value` are allowed; a hook
         registered now sees the gradient of the value as it is now."""
         if isinstance(value, Tensor):
@@ -481,25 +474,17 @@ class Recorder:
             tensors = list(iter_tensors(value))
             wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
         if not torch.is_grad_enabled():
-            if reg.no_grad_call != call:
-                reg.no_grad_call = call
+            if reg.no_grad_call != origin.call:
+                reg.no_grad_call = origin.call
                 reg.no_grad_hooked.clear()
             if wanted:
-                reg.no_grad_hooked.add((kind, attr))
+                reg.no_grad_hooked.add((origin.kind, origin.attr))
         if not wanted:
             return
         if tensors[0] is value:
-
-            def one(grad: Any) -> None:
-                self._record(reg, True, (grad,), (), {}, call, kind, attr, training)
-
-            self._hook_tensor(value, one)
+            self._hook_tensor(value, lambda grad: self._record(origin, True, (grad,)))
             return
-
-        def many(grads: tuple[Any, ...]) -> None:
-            self._record(reg, True, grads, (), {}, call, kind, attr, training)
-
-        gather = Gather(len(tensors), many)
+        gather = Gather(len(tensors), lambda grads: self._record(origin, True, grads))
         for i in wanted:
             tap = self._hook_tensor(tensors[i], gather.callback(i))
             gather.add(i, tensors[i], tap)
@@ -508,20 +493,14 @@ class Recorder:
         """Call `callback` with `tensor`'s gradient. A parent module often returns its last
         child's output object unchanged; then one hook serves both, and calls the parent's
         callback first so gradients are recorded from the output back towards the input."""
-        version = tensor._version
-        recent = self._recent_taps
-        for ref, seen_version, seen_tap in recent:
-            if ref() is tensor and seen_version == version:
-                seen_tap.callbacks.insert(0, callback)
-                return seen_tap
+        tap = self._recent_taps.get(tensor)
+        if tap is not None:
+            tap.callbacks.insert(0, callback)
+            return tap
         tap = Tap(tensor, [callback])
         for handle in tap.handles:
             self._keep_grad_handle(handle)
-        # A few, not one: a parent returning (loss, logits) hooks loss before it meets its
-        # child's logits again.
-        if len(recent) == _RECENT_TAPS:
-            del recent[0]
-        recent.append((weakref.ref(tensor), version, tap))
+        self._recent_taps.put(tensor, tap)
         return tap
 
     def _keep_grad_handle(self, handle: Any) -> None:
@@ -534,40 +513,21 @@ class Recorder:
 
     def _record(
         self,
-        reg: _Registration,
+        origin: Origin,
         grad: bool,
         value: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        call: int,
-        kind: Kind,
-        attr: str,
-        training: bool,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> None:
         stash_value = self._default_value
         if stash_value is not None:
-            stash = _stash(
-                reg.name, reg.type, grad, value, stash_value, call, self._step, kind, attr, training
-            )
+            # The standard StashFn's result, without building an Event first.
+            stash = origin.stash(grad, rmap_tensor(value, stash_value))
         else:
-            event = Event(
-                reg.name,
-                reg.type,
-                grad,
-                value,
-                args,
-                kwargs,
-                call,
-                self._step,
-                kind,
-                attr,
-                training,
-            )
-            stash = self._stash_fn(event)
+            stash = self._stash_fn(origin.event(grad, value, args, kwargs or {}))
             if not isinstance(stash, Stash):
                 self._bad_stash(stash)
-            stash.call, stash.step, stash.kind, stash.attr = call, self._step, kind, attr
-            stash.training = training
+            origin.stamp(stash)
         if self._max_bytes is not None:
             # Counted like `nbytes`: an object shared with an earlier stash (a parent
             # returning its child's output) is counted once.

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .._optional import require
-from ..core.stash import Stash
+from ..core.records import Stash
 from ..core.structure import iter_leaves
 from ..errors import NotRecordedError
 from ..stats import NAMES, Stats, compute, stats_table

@@ -1,118 +1,22 @@
-"""What a hook saw (`Event`), what the tracker keeps (`Stash`), and how one becomes the other."""
+"""Turning what a hook saw into what is kept: the standard `StashFn` and `StashValueFn`s."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import Any, Literal
-
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .._validate import check_bool, check_callable, check_count, check_int, check_type
 from ..errors import ArgumentValueError
 from .memo import LastTensorMemo
+from .records import Event, Stash, StashFn, StashValueFn
 from .structure import rmap_tensor
 
 __all__ = [
     "CopyValue",
-    "Event",
-    "Kind",
-    "Stash",
-    "StashFn",
-    "StashValueFn",
     "default_stash",
     "default_stash_value",
     "get_stash_fn",
 ]
-
-Kind = Literal["output", "input", "param", "optimizer"]
-"""What a stash holds: a module's output, one of its inputs, one of its own parameters, or
-the optimizer's state for one of those parameters."""
-
-
-@dataclasses.dataclass
-class Event:
-    """What one hook call saw; a `StashFn` turns it into a `Stash`.
-
-    Attributes:
-        name: the module's name in the tracked model (`""` for the root, else a dotted path).
-        type: the module's class.
-        grad: `True` for a gradient, `False` for a forward value.
-        value: for a forward event the module's output; for a gradient event a tuple with
-            the gradient for each tensor of the output (`None` where none reached it).
-        args: the module's positional inputs (empty for gradient events).
-        kwargs: the module's keyword inputs (empty for gradient events).
-        call: which call of this module in the current step this was (0 for the first).
-        step: the tracker's step when the event happened (see `Tracker.step`).
-        kind: `"output"`, `"input"`, `"param"` or `"optimizer"` (see `Kind`).
-        attr: which input argument, parameter, or `"param.state"` optimizer entry; `""` for outputs.
-        training: the module's `training` flag at the time.
-    """
-
-    name: str
-    type: type[nn.Module]
-    grad: bool
-    value: Any
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    call: int = 0
-    step: int = 0
-    kind: Kind = "output"
-    attr: str = ""
-    training: bool = True
-
-
-@dataclasses.dataclass
-class Stash:
-    """One recorded value: a module's output or gradient (or input, parameter, optimizer state).
-
-    `Stash(name, type, grad, value)` still works; the other fields have defaults.
-
-    Attributes:
-        name: the module's name (`""` for the root model).
-        type: the module's class.
-        grad: `True` when `value` holds gradients.
-        value: what was kept, e.g. a CPU copy of the output, or its `Stats` with `stats=True`.
-            A gradient stash's value is a tuple with one entry per tensor of the output.
-        call: which call of this module in its step (modules can run several times per step).
-        step: the tracker's step (see `Tracker.step`).
-        kind: `"output"`, `"input"`, `"param"` or `"optimizer"`.
-        attr: the input argument, parameter (`"weight"`) or optimizer entry (`"weight.exp_avg"`).
-        training: whether the module was in training mode.
-
-    Example:
-        >>> s = tracker[0]
-        >>> s.name, s.grad, s.first_value.shape
-        ('0', False, torch.Size([8, 16]))
-    """
-
-    name: str
-    type: type[nn.Module]
-    grad: bool
-    value: Any
-    call: int = 0
-    step: int = 0
-    kind: Kind = "output"
-    attr: str = ""
-    training: bool = True
-
-    @property
-    def first_value(self) -> Any:
-        """The value with tuples and lists unwrapped: while it is a non-empty tuple or list,
-        take its first element. Dicts are not unwrapped."""
-        value = self.value
-        while isinstance(value, (tuple, list)) and value:
-            value = value[0]
-        return value
-
-
-StashFn = Callable[[Event], Stash]
-"""Builds a `Stash` from an `Event`; pass one as `track(model, stash=...)`."""
-
-StashValueFn = Callable[[Tensor], Any]
-"""Transforms each stashed tensor; pass one as `track(model, stash_value=...)`. It receives
-the live tensor (possibly requiring grad): return something detached."""
 
 
 def default_stash_value(tensor: Tensor) -> Tensor:
@@ -135,27 +39,8 @@ def default_stash(event: Event, stash_value: StashValueFn) -> Stash:
         Stash(name='0', type=<class 'torch.nn.modules.linear.Linear'>, grad=False, value=tensor(...))
     """
     e = event
-    return _stash(
-        e.name, e.type, e.grad, e.value, stash_value, e.call, e.step, e.kind, e.attr, e.training
-    )
-
-
-def _stash(
-    name: str,
-    type_: type[nn.Module],
-    grad: bool,
-    value: Any,
-    stash_value: StashValueFn,
-    call: int,
-    step: int,
-    kind: Kind,
-    attr: str,
-    training: bool,
-) -> Stash:
-    # What default_stash builds, from the fields themselves: the tracker's hooks call this
-    # directly, without building an Event first.
-    kept = rmap_tensor(value, stash_value)
-    return Stash(name, type_, grad, kept, call, step, kind, attr, training)
+    kept = rmap_tensor(e.value, stash_value)
+    return Stash(e.name, e.type, e.grad, kept, e.call, e.step, e.kind, e.attr, e.training)
 
 
 class _BoundDefaultStash:

@@ -1,0 +1,167 @@
+"""What a hook saw (`Event`), what the tracker keeps (`Stash`), and where a value came from
+(`Origin`, built once per hook call and shared by the stashes that call makes)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Literal
+
+from torch import Tensor, nn
+
+__all__ = ["Event", "Kind", "Origin", "Stash", "StashFn", "StashValueFn"]
+
+Kind = Literal["output", "input", "param", "optimizer"]
+"""What a stash holds: a module's output, one of its inputs, one of its own parameters, or
+the optimizer's state for one of those parameters."""
+
+
+@dataclasses.dataclass
+class Event:
+    """What one hook call saw; a `StashFn` turns it into a `Stash`.
+
+    Attributes:
+        name: the module's name in the tracked model (`""` for the root, else a dotted path).
+        type: the module's class.
+        grad: `True` for a gradient, `False` for a forward value.
+        value: for a forward event the module's output; for a gradient event a tuple with
+            the gradient for each tensor of the output (`None` where none reached it).
+        args: the module's positional inputs (empty for gradient events).
+        kwargs: the module's keyword inputs (empty for gradient events).
+        call: which call of this module in the current step this was (0 for the first).
+        step: the tracker's step when the event happened (see `Tracker.step`).
+        kind: `"output"`, `"input"`, `"param"` or `"optimizer"` (see `Kind`).
+        attr: which input argument, parameter, or `"param.state"` optimizer entry; `""` for outputs.
+        training: the module's `training` flag at the time.
+    """
+
+    name: str
+    type: type[nn.Module]
+    grad: bool
+    value: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    call: int = 0
+    step: int = 0
+    kind: Kind = "output"
+    attr: str = ""
+    training: bool = True
+
+
+@dataclasses.dataclass
+class Stash:
+    """One recorded value: a module's output or gradient (or input, parameter, optimizer state).
+
+    `Stash(name, type, grad, value)` still works; the other fields have defaults.
+
+    Attributes:
+        name: the module's name (`""` for the root model).
+        type: the module's class.
+        grad: `True` when `value` holds gradients.
+        value: what was kept, e.g. a CPU copy of the output, or its `Stats` with `stats=True`.
+            A gradient stash's value is a tuple with one entry per tensor of the output.
+        call: which call of this module in its step (modules can run several times per step).
+        step: the tracker's step (see `Tracker.step`).
+        kind: `"output"`, `"input"`, `"param"` or `"optimizer"`.
+        attr: the input argument, parameter (`"weight"`) or optimizer entry (`"weight.exp_avg"`).
+        training: whether the module was in training mode.
+
+    Example:
+        >>> s = tracker[0]
+        >>> s.name, s.grad, s.first_value.shape
+        ('0', False, torch.Size([8, 16]))
+    """
+
+    name: str
+    type: type[nn.Module]
+    grad: bool
+    value: Any
+    call: int = 0
+    step: int = 0
+    kind: Kind = "output"
+    attr: str = ""
+    training: bool = True
+
+    @property
+    def first_value(self) -> Any:
+        """The value with tuples and lists unwrapped: while it is a non-empty tuple or list,
+        take its first element. Dicts are not unwrapped."""
+        value = self.value
+        while isinstance(value, (tuple, list)) and value:
+            value = value[0]
+        return value
+
+
+StashFn = Callable[[Event], Stash]
+"""Builds a `Stash` from an `Event`; pass one as `track(model, stash=...)`."""
+
+StashValueFn = Callable[[Tensor], Any]
+"""Transforms each stashed tensor; pass one as `track(model, stash_value=...)`. It receives
+the live tensor (possibly requiring grad): return something detached."""
+
+
+class Origin:
+    """Where a recorded value came from: the module, which call of it, which step, and what
+    part of the call (output, input, parameter, optimizer state). One is built per hook
+    call; the gradient hooks of that call keep it for their stashes.
+
+    Example:
+        >>> o = Origin("0", nn.Linear, call=0, step=3, kind="output", attr="", training=True)
+        >>> o.stash(False, None).step
+        3
+    """
+
+    __slots__ = ("attr", "call", "kind", "name", "step", "training", "type")
+
+    def __init__(
+        self,
+        name: str,
+        type: type[nn.Module],
+        call: int,
+        step: int,
+        kind: Kind,
+        attr: str,
+        training: bool,
+    ) -> None:
+        self.name = name
+        self.type = type
+        self.call = call
+        self.step = step
+        self.kind = kind
+        self.attr = attr
+        self.training = training
+
+    def stash(self, grad: bool, value: Any) -> Stash:
+        """A `Stash` of `value` from here."""
+        return Stash(
+            self.name,
+            self.type,
+            grad,
+            value,
+            self.call,
+            self.step,
+            self.kind,
+            self.attr,
+            self.training,
+        )
+
+    def event(self, grad: bool, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Event:
+        """An `Event` of `value` from here (for a user's own `StashFn`)."""
+        return Event(
+            self.name,
+            self.type,
+            grad,
+            value,
+            args,
+            kwargs,
+            self.call,
+            self.step,
+            self.kind,
+            self.attr,
+            self.training,
+        )
+
+    def stamp(self, stash: Stash) -> None:
+        """Set the position fields of a `Stash` a user's `StashFn` built."""
+        stash.call, stash.step, stash.kind = self.call, self.step, self.kind
+        stash.attr, stash.training = self.attr, self.training
