@@ -35,7 +35,8 @@ class Tracker(Recorder):
         >>> tracker.register(model[0], "first")
         >>> model(x).sum().backward()
         >>> tracker.unregister()
-        >>> tracker.to_frame()[["name", "grad"]]
+        >>> tracker.to_frame()[["name", "grad"]].values.tolist()
+        [['first', False], ['first', True]]
     """
 
     def to_frame(
@@ -55,7 +56,8 @@ class Tracker(Recorder):
 
         Example:
             >>> df = tracker.to_frame()
-            >>> df.groupby(["name", "grad"])["std"].mean()
+            >>> df.groupby("grad")["std"].count().to_dict()   # 4 modules, forward and grad
+            {False: 4, True: 4}
         """
         self._sync()
         stats_fn = getattr(self._stash_fn, "stash_value", None)

@@ -28,7 +28,8 @@ class RecentTensors(Generic[R]):
         >>> x = torch.ones(2)
         >>> recent.put(x, "seen"); recent.get(x)
         'seen'
-        >>> x.add_(1); recent.get(x) is None   # modified in place since
+        >>> _ = x.add_(1)
+        >>> recent.get(x) is None   # modified in place since
         True
     """
 

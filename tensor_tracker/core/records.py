@@ -69,7 +69,7 @@ class Stash:
     Example:
         >>> s = tracker[0]
         >>> s.name, s.grad, s.first_value.shape
-        ('0', False, torch.Size([8, 16]))
+        ('0', False, torch.Size([8, 8]))
     """
 
     name: str

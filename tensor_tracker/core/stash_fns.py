@@ -36,7 +36,7 @@ def default_stash(event: Event, stash_value: StashValueFn) -> Stash:
 
     Example:
         >>> default_stash(event, default_stash_value)
-        Stash(name='0', type=<class 'torch.nn.modules.linear.Linear'>, grad=False, value=tensor(...))
+        Stash(name='0', type=<class 'torch.nn.modules.linear.Linear'>, grad=False, value=tensor([1., 1.]), call=0, step=0, kind='output', attr='', training=True)
     """
     e = event
     kept = rmap_tensor(e.value, stash_value)
@@ -77,8 +77,10 @@ class CopyValue:
             synchronises before you read the stashes.
 
     Example:
-        >>> with track(model, sample=1000, dtype=torch.float16) as t:
-        ...     model(x)
+        >>> with track(model, sample=10, dtype=torch.float16) as t:
+        ...     _ = model(x)
+        >>> t[0].value.shape, t[0].value.dtype
+        (torch.Size([10]), torch.float16)
     """
 
     builtin_stash_value = True

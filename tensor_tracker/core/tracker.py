@@ -177,11 +177,11 @@ class Recorder:
 
     Example:
         >>> tracker = Recorder()
-        >>> tracker.register(model.encoder, "encoder")
-        >>> loss = model(x).sum(); loss.backward()
+        >>> tracker.register(model[0], "first")
+        >>> model(x).sum().backward()
         >>> tracker.unregister()
         >>> [(s.name, s.grad) for s in tracker]
-        [('encoder', False), ('encoder', True)]
+        [('first', False), ('first', True)]
     """
 
     def __init__(
@@ -312,9 +312,12 @@ class Recorder:
         With `every=N`, hooks are attached only during every N-th step.
 
         Example:
-            >>> for batch in loader:
-            ...     loss_fn(model(batch)).backward(); opt.step(); opt.zero_grad()
-            ...     tracker.step()
+            >>> with track(model, stats=True) as tracker:
+            ...     for batch in loader:
+            ...         loss_fn(model(batch)).backward(); opt.step(); opt.zero_grad()
+            ...         tracker.step()
+            >>> sorted(set(tracker.to_frame()["step"]))
+            [0, 1, 2]
         """
         if n is not None:
             check_int(n, "step(n): n")
