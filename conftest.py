@@ -47,5 +47,6 @@ def _doctest_namespace(doctest_namespace: dict[str, Any]) -> None:
         **{name: getattr(tensor_tracker.stats, name) for name in tensor_tracker.stats.__all__},
     )
 
+
 # Their examples are being rewritten with the layout of issue #10 (data/plot/widgets).
 collect_ignore = ["tensor_tracker/plot.py", "tensor_tracker/widgets.py"]

@@ -20,8 +20,7 @@ Where things live, in layers that import only downwards:
 # they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
 from . import errors, integrations, plot, stats, widgets
 from .api import Tracker, track
-from .core.grad_hooks import Unrecordable
-from .core.records import Event, Kind, Stash, StashFn, StashValueFn
+from .core.records import Event, Kind, Stash, StashFn, StashValueFn, Unrecorded
 from .core.stash_fns import (
     CopyValue,
     default_stash,
@@ -43,7 +42,7 @@ __all__ = [
     "StashValueFn",
     "Stats",
     "Tracker",
-    "Unrecordable",
+    "Unrecorded",
     "default_stash",
     "default_stash_value",
     "errors",

@@ -16,14 +16,18 @@ attributes that are merely underscored (`Tensor._base`, `Tensor._version`,
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterator
+import contextlib
+import sys
+import types
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
 __all__ = [
+    "compiled_callable",
+    "dynamo_has_compiled_code",
     "forget_compiled_code",
     "gradient_node",
     "graph_task_id",
@@ -60,49 +64,107 @@ def queue_at_end_of_backward(callback: Callable[[], None]) -> None:
     torch.autograd.Variable._execution_engine.queue_callback(callback)
 
 
-def _functions(fn: Any, depth: int = 0) -> Iterator[Any]:
-    """`fn` and the functions it wraps (`__wrapped__`, closures): where dynamo keeps the
-    compiled code of a `torch.compile`d module."""
-    if depth > 8 or getattr(fn, "__code__", None) is None:
-        return
-    yield fn
-    yield from _functions(getattr(fn, "__wrapped__", None), depth + 1)
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        yield from _functions(value, depth + 1)
+# -- torch.compile -----------------------------------------------------------------------
+#
+# Making `torch.compile` see the tracker's hooks.
+#
+# TorchDynamo caches the code it compiles per Python code object, with guards that decide
+# when the cached code may run again. By default (`torch._dynamo.config.
+# skip_nnmodule_hook_guards`) it does not guard on a module having no hooks: code compiled
+# before the hooks were added keeps running after they are, and never calls them. The cure
+# is to drop that cached code, so that the next call compiles again and sees the hooks.
+# Dynamo's cache is keyed by code object, not by model, so the code objects dropped are those
+# a call of the tracked model runs: its compiled entry point, the `forward` (and overridden
+# `__call__`) of the registered modules' classes, and the resume functions Dynamo made from
+# them at graph breaks. Other models running the same code recompile on their next call too.
 
 
-def forget_compiled_code(module: nn.Module) -> None:
-    """Make dynamo recompile a `torch.compile`d module that already ran, so that it sees
-    hooks added since.
-
-    Dynamo does not guard compiled code on module hooks (`skip_nnmodule_hook_guards`), so
-    code compiled before `track` would run without ever calling its hooks. Dropping the
-    compiled code of the wrapper functions forces a recompilation with the hooks on the
-    next call (other compiled modules sharing those wrappers recompile once too).
-    """
-    entry = getattr(module, "_compiled_call_impl", None)  # module.compile() in place
+def compiled_callable(module: nn.Module) -> Callable[..., Any] | None:
+    """What `torch.compile` made for `module`: the forward of an `OptimizedModule` (from
+    `torch.compile(module)`) or the call installed by `module.compile()`; `None` when
+    `module` is not compiled."""
     if type(module).__name__ == "OptimizedModule":
-        entry = getattr(module, "forward", None)
-    if entry is None:
-        return
-    eval_frame = getattr(torch._C, "_dynamo", None)
-    eval_frame = getattr(eval_frame, "eval_frame", None)
-    reset_code = getattr(eval_frame, "reset_code", None)
-    cache_entries = getattr(eval_frame, "_debug_get_cache_entry_list", None)
-    if reset_code is None or cache_entries is None:
-        warnings.warn(
-            "tensor_tracker: this model was compiled with torch.compile, and this PyTorch "
-            "version offers no way to recompile it with the tracker's hooks: if it already "
-            "ran, nothing will be recorded. Call torch._dynamo.reset() before tracking, or "
-            "track the uncompiled model.",
-            RuntimeWarning,
-            stacklevel=4,
+        found = vars(module).get("_forward") or vars(module).get("forward")
+        return found if callable(found) else None
+    found = getattr(module, "_compiled_call_impl", None)
+    return found if callable(found) else None
+
+
+def _codes(fn: Any) -> list[types.CodeType]:
+    """The code objects of `fn` and of the functions it wraps (`functools.wraps` chains,
+    bound methods, Dynamo's own wrappers)."""
+    codes: list[types.CodeType] = []
+    seen: set[int] = set()
+    while fn is not None and id(fn) not in seen:
+        seen.add(id(fn))
+        inner = getattr(fn, "_torchdynamo_orig_callable", None)
+        if inner is not None:  # a function wrapped by torch.compile: run the original
+            fn = inner
+            continue
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None)
+        if isinstance(code, types.CodeType):
+            codes.append(code)
+        fn = getattr(fn, "__wrapped__", None)
+    return codes
+
+
+def forget_compiled_code(
+    entries: Iterable[Callable[..., Any]], modules: Iterable[nn.Module]
+) -> bool:
+    """Drop the code Dynamo compiled for calls of `entries` and of `modules` (see the
+    module docstring), so that their next call compiles again with the hooks as they are.
+    Returns `False` when this torch has none of the (private) functions needed."""
+    if "torch._dynamo" not in sys.modules:
+        return True  # nothing was ever compiled in this process
+    try:
+        from torch._C._dynamo.eval_frame import reset_code
+        from torch._dynamo.resume_execution import ContinueExecutionCache
+    except ImportError:
+        return False
+    lock: contextlib.AbstractContextManager[Any]
+    try:
+        from torch._dynamo.convert_frame import compile_lock as lock
+    except ImportError:  # older torch: compiling does not take a lock
+        lock = contextlib.nullcontext()
+    todo: list[types.CodeType] = []
+    for entry in entries:
+        todo += _codes(entry)
+    classes: set[type] = set()
+    for module in modules:
+        for cls in type(module).__mro__:
+            if cls is nn.Module or cls is object or cls in classes:
+                continue
+            classes.add(cls)
+            for name in ("forward", "__call__"):
+                if name in vars(cls):
+                    todo += _codes(vars(cls)[name])
+    resumes: Any = ContinueExecutionCache.cache
+    done: set[types.CodeType] = set()
+    with lock:
+        while todo:
+            code = todo.pop()
+            if code in done:
+                continue
+            done.add(code)
+            reset_code(code)
+            if code in resumes:  # the functions that resume this code after a graph break
+                todo += list(resumes[code].values())
+    return True
+
+
+def dynamo_has_compiled_code() -> bool:
+    """Whether Dynamo holds compiled code for any function in this process."""
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    if convert_frame is None:
+        return False
+    try:
+        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        refs = list(convert_frame.input_codes.seen)
+        return any(
+            (code := ref()) is not None and len(_debug_get_cache_entry_list(code)) > 0
+            for ref in refs
         )
-        return
-    for fn in _functions(entry):
-        if cache_entries(fn.__code__):
-            reset_code(fn.__code__)
+    except Exception:  # private API changed: assume it may
+        return True

@@ -97,7 +97,8 @@ def track(
     Every module's forward output is stashed as it finishes (children before their parent,
     the root `""` last), then, during `backward()`, the gradient with respect to each
     module's output (a tuple, one entry per output tensor). Hooks are removed when the
-    `with` block ends, also on an exception. Tracking never changes the model's results:
+    `with` block ends, also on an exception; `with t:` again attaches them again, to record
+    more runs into the same tracker. Tracking never changes the model's results:
     outputs and gradients are bitwise identical to an untracked run, and in-place ops
     (`ReLU(inplace=True)`, `x += residual`) after a tracked module are fine. With activation
     checkpointing, the forward pass recomputed during `backward()` is not recorded twice.
@@ -112,8 +113,28 @@ def track(
     larger tensor; only when such a view is modified in place later (`h += x`) is its
     gradient read from the larger tensor, which is exact unless that tensor is also used
     elsewhere. A value the tracker cannot handle never breaks your forward or backward
-    pass: it is kept as an `Unrecordable` placeholder with the reason, and a warning says so
+    pass: it is kept as an `Unrecorded` placeholder with the reason, and a warning says so
     once.
+
+    What a stash holds:
+        Copies, never an object the model may still change. Tensors are copied (see below)
+        and the containers around them rebuilt: tuples, lists, dicts, `ModelOutput`,
+        dataclasses, types registered with `torch.utils._pytree.register_pytree_node`, and
+        Hugging Face caches (`DynamicCache` and the other `transformers` `Cache` classes).
+        So with `use_cache=True` or `generate()`, each call's stash shows the cache as it
+        was then, and `nbytes` counts it. Numbers, strings, `None`, dtypes, devices and
+        enums are kept as they are; any other object is replaced by an `Unrecorded` note
+        (its type and why). A custom `stash=` function gets the live objects in `Event`.
+
+    Compiled models:
+        Track the compiled model itself, `track(torch.compile(model))` (or a model after
+        `model.compile()`); stashes have the uncompiled module names. TorchDynamo does not
+        notice hooks added after it compiled a model, so tracking drops the code it
+        compiled for this model: the next call recompiles with the hooks (and the first call
+        after the block recompiles without them; with `every=N`, this happens around each
+        recorded step). The hooks run outside the compiled graphs. A model called inside
+        some other compiled function cannot be found this way; a `with` block that records
+        nothing then warns: call `torch.compiler.reset()` before tracking.
 
     Choosing what to record:
         - `include="layers\\.\\d+$"`, `exclude="dropout"`: regexes searched in module names.

@@ -13,8 +13,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 import tensor_tracker
-from tensor_tracker import track
-from tensor_tracker.core.grad_hooks import Unrecordable
+from tensor_tracker import Unrecorded, track
 
 
 def grad_stashes(t: tensor_tracker.Tracker, name: str, kind: str = "output") -> list[Any]:
@@ -269,7 +268,7 @@ def test_a_value_the_tracker_cannot_handle_is_a_placeholder_not_a_crash(
     messages = [str(w.message) for w in caught if "could not record" in str(w.message)]
     assert len(messages) == 1 and "no such kernel" in messages[0]  # one warning per reason
     first = [s for s in t if s.name == "0"]
-    assert len(first) == 2 and all(isinstance(s.first_value, Unrecordable) for s in first)
+    assert len(first) == 2 and all(isinstance(s.first_value, Unrecorded) for s in first)
     assert "no such kernel" in first[0].first_value.reason
     assert isinstance(t[1].value, Tensor)  # the other module is recorded as usual
     assert torch.isnan(torch.tensor(t.to_frame()["std"][0]))

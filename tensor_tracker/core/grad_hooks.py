@@ -30,11 +30,11 @@ import torch
 from torch import Tensor
 
 from .._torch_compat import gradient_node, graph_task_id, queue_at_end_of_backward, will_execute
+from .records import Unrecorded
 
 __all__ = [
     "Gather",
     "Tap",
-    "Unrecordable",
     "handle_is_dead",
     "in_backward",
     "unrecordable",
@@ -47,43 +47,11 @@ def in_backward() -> bool:
     return graph_task_id() != -1
 
 
-class Unrecordable:
-    """Stands in for a value the tracker could not record, with the reason.
-
-    A hook never raises into the user's forward or backward pass because of a tensor the
-    tracker cannot handle (an exotic layout, a dtype-reinterpreting view modified in
-    place, ...): it records an `Unrecordable` and warns once per reason.
-
-    Attributes:
-        reason: why the value was not recorded.
-        type_name: the type (and for tensors layout, dtype and shape) of what was skipped.
-    """
-
-    __slots__ = ("reason", "type_name")
-    nbytes = 0
-
-    def __init__(self, reason: str, type_name: str) -> None:
-        self.reason = reason
-        self.type_name = type_name
-
-    def __repr__(self) -> str:
-        return f"Unrecordable({self.type_name}: {self.reason})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Unrecordable) and (self.reason, self.type_name) == (
-            other.reason,
-            other.type_name,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.reason, self.type_name))
-
-
 _WARNED: set[str] = set()
 
 
-def unrecordable(value: Any, error: BaseException | str) -> Unrecordable:
-    """An `Unrecordable` for `value`, warning once per kind of failure."""
+def unrecordable(value: Any, error: BaseException | str) -> Unrecorded:
+    """An `Unrecorded` for `value` that could not be handled, warning once per reason."""
     if isinstance(value, Tensor):
         what = f"Tensor(layout={value.layout}, dtype={value.dtype}, shape={tuple(value.shape)})"
     else:
@@ -93,12 +61,12 @@ def unrecordable(value: Any, error: BaseException | str) -> Unrecordable:
     if key not in _WARNED:
         _WARNED.add(key)
         warnings.warn(
-            f"tensor_tracker could not record a {what} ({key}); it keeps an Unrecordable "
+            f"tensor_tracker could not record a {what} ({key}); it keeps an Unrecorded "
             "placeholder there and goes on. Please report this with the model.",
             RuntimeWarning,
             stacklevel=3,
         )
-    return Unrecordable(reason, what)
+    return Unrecorded(what, reason)
 
 
 GradCallback = Callable[[Any], None]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from torch import Tensor, nn
 
-__all__ = ["Event", "Kind", "Origin", "Stash", "StashFn", "StashValueFn"]
+__all__ = ["Event", "Kind", "Origin", "Stash", "StashFn", "StashValueFn", "Unrecorded"]
 
 Kind = Literal["output", "input", "param", "optimizer"]
 """What a stash holds: a module's output, one of its inputs, one of its own parameters, or
@@ -98,6 +98,37 @@ StashFn = Callable[[Event], Stash]
 StashValueFn = Callable[[Tensor], Any]
 """Transforms each stashed tensor; pass one as `track(model, stash_value=...)`. It receives
 the live tensor (possibly requiring grad): return something detached."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Unrecorded:
+    """Stands in a stash for something that was not recorded, with the reason.
+
+    Two cases:
+
+    - An object a module returned (or took as input) that is neither a tensor, nor a plain
+      value (number, string, `None`, dtype, device, enum...), nor a container the tracker
+      walks. A stash never keeps such an object itself: the model may keep changing it
+      after the hook ran (a cache it updates in place), and it may hold tensors that are
+      not copied, not counted in `nbytes` and still attached to the autograd graph. To
+      record the tensors inside your own class, register it with
+      `torch.utils._pytree.register_pytree_node`.
+    - A tensor the library could not handle (an exotic layout, ...): a hook never breaks
+      your forward or backward pass; it records this instead, and warns once per reason.
+
+    Attributes:
+        type: the object's class as `"<module>.<qualname>"` (for a tensor, also its layout,
+            dtype and shape).
+        reason: why it was not recorded.
+
+    Example:
+        >>> Unrecorded("mylib.State", "not a tensor, a plain value or a container")
+        Unrecorded(type='mylib.State', reason='not a tensor, a plain value or a container')
+    """
+
+    type: str
+    reason: str
+    nbytes: ClassVar[int] = 0
 
 
 class Origin:

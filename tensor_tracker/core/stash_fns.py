@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import enum
+import sys
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from .._validate import check_bool, check_callable, check_count, check_int, check_type
 from ..errors import ArgumentValueError
 from .memo import LastTensorMemo
-from .records import Event, Stash, StashFn, StashValueFn
-from .structure import rmap_tensor
+from .records import Event, Stash, StashFn, StashValueFn, Unrecorded
+from .structure import _rmap, rmap_tensor
 
 __all__ = [
     "CopyValue",
     "default_stash",
     "default_stash_value",
     "get_stash_fn",
+    "keep",
 ]
 
 
@@ -30,9 +35,64 @@ def default_stash_value(tensor: Tensor) -> Tensor:
     return tensor.detach().to("cpu", copy=True)
 
 
+def _kept_leaf(value: Any) -> Any:
+    """What the default stash keeps for a non-tensor, non-container `value` (see
+    `Unrecorded`): immutable values themselves, a copy of a NumPy array, else a note."""
+    if isinstance(value, _IMMUTABLE):
+        return value
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        if isinstance(value, numpy.generic):
+            return value
+        if isinstance(value, numpy.ndarray):
+            return value.copy()
+    cls = type(value)
+    return Unrecorded(
+        f"{cls.__module__}.{cls.__qualname__}",
+        "not a tensor, a plain value or a container tensor_tracker walks (tuple, list, "
+        "dict, dataclass, torch pytree node, Hugging Face cache), so not kept: the model "
+        "may change it later. Register its class with "
+        "torch.utils._pytree.register_pytree_node to record the tensors it holds.",
+    )
+
+
+_IMMUTABLE = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    range,
+    slice,
+    type,
+    type(Ellipsis),
+    enum.Enum,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+)
+
+
+def keep(value: Any, stash_value: StashValueFn) -> Any:
+    """What the standard `StashFn` keeps of a value: every tensor through `stash_value`, the
+    containers rebuilt (see `rmap_tensor`), plain values as they are, other objects as an
+    `Unrecorded` note."""
+    return (
+        stash_value(value) if isinstance(value, Tensor) else _rmap(value, stash_value, _kept_leaf)
+    )
+
+
 def default_stash(event: Event, stash_value: StashValueFn) -> Stash:
     """The standard `StashFn`: keep the event's value with every tensor passed through
     `stash_value`, plus the event's name, type, grad flag and position (call, step, kind).
+
+    The value is rebuilt by `rmap_tensor` (new containers, a Hugging Face `DynamicCache`
+    included). The tracker's own hooks go one step further (see `keep`): an object that is
+    neither a tensor, a plain value nor a container it walks is replaced by an `Unrecorded`
+    note, so a stash never holds an object the model may still change.
 
     Example:
         >>> default_stash(event, default_stash_value)
@@ -85,7 +145,7 @@ class CopyValue:
 
     builtin_stash_value = True
     """Marks the library's own stash values: the tracker records what they cannot handle
-    as `Unrecordable` instead of raising (a user's function raises as it likes)."""
+    as `Unrecorded` instead of raising (a user's function raises as it likes)."""
 
     def __init__(
         self,

@@ -1,13 +1,16 @@
-"""Walking the nested structures that modules return: tuples, lists, dicts, dataclasses."""
+"""Walking the nested structures that modules return: tuples, lists, dicts, dataclasses,
+pytree nodes and Hugging Face caches."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from torch import Tensor
+from torch.utils._pytree import SUPPORTED_NODES
 
 __all__ = ["iter_leaves", "iter_tensors", "rmap_tensor"]
 
@@ -25,6 +28,12 @@ def rmap_tensor(value: Any, fn: Callable[[Tensor], Any]) -> Any:
     dataclass instances (fields with `init=False` are set after construction). Anything else
     is returned unchanged.
 
+    Also walked, rebuilt as new objects of their class: types registered with
+    `torch.utils._pytree.register_pytree_node` (e.g. `collections.deque`; register your own
+    classes this way), and Hugging Face caches (`transformers.cache_utils.Cache` such as
+    `DynamicCache`, and their layers), whose attributes are mapped one by one. A pytree node
+    that cannot be rebuilt from the mapped children comes back as a list of them.
+
     Args:
         value: a tensor or any nesting of the containers above.
         fn: called on each tensor; its result replaces the tensor.
@@ -35,8 +44,18 @@ def rmap_tensor(value: Any, fn: Callable[[Tensor], Any]) -> Any:
     """
     if isinstance(value, Tensor):
         return fn(value)
+    return _rmap(value, fn, None)
+
+
+def _rmap(value: Any, fn: Callable[[Tensor], Any], leaf: Callable[[Any], Any] | None) -> Any:
+    """`rmap_tensor`, with `leaf` (when given) applied to everything that is neither a
+    tensor nor a container it walks."""
+    if isinstance(value, Tensor):
+        return fn(value)
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, (tuple, list)):
-        items = [rmap_tensor(v, fn) for v in value]
+        items = [_rmap(v, fn, leaf) for v in value]
         if type(value) is tuple:
             return tuple(items)
         if type(value) is list:
@@ -45,13 +64,54 @@ def rmap_tensor(value: Any, fn: Callable[[Tensor], Any]) -> Any:
             return type(value)(*items)
         return type(value)(items)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _rmap_dataclass(value, fn)
+        return _rmap_dataclass(value, fn, leaf)
     if isinstance(value, Mapping):
-        items_ = [(rmap_tensor(k, fn), rmap_tensor(v, fn)) for k, v in value.items()]
+        items_ = [(_rmap(k, fn, leaf), _rmap(v, fn, leaf)) for k, v in value.items()]
         if type(value) is dict:
             return dict(items_)
         return _rebuild_mapping(value, items_)
-    return value
+    node = SUPPORTED_NODES.get(type(value))
+    if node is not None:
+        children, context = node.flatten_fn(value)
+        mapped = [_rmap(c, fn, leaf) for c in children]
+        try:
+            return node.unflatten_fn(mapped, context)
+        except Exception:  # e.g. a class that checks its children are tensors
+            return mapped
+    if _walks_attributes(value):
+        rebuilt = object.__new__(type(value))
+        vars(rebuilt).update({k: _rmap(v, fn, leaf) for k, v in vars(value).items()})
+        return rebuilt
+    return value if leaf is None else leaf(value)
+
+
+# Types that are never containers: iter_leaves and _rmap return them at once.
+_SCALARS = frozenset({type(None), bool, int, float, str})
+
+# Classes whose instances hold tensors as plain attributes and are walked attribute by
+# attribute (rebuilt with object.__new__, so __init__ is not called): Hugging Face caches,
+# which the model keeps updating in place during generate(). Looked up in sys.modules
+# only, so that nothing is imported here.
+_ATTRIBUTE_CLASSES = {
+    "transformers.cache_utils": (
+        "Cache",
+        "CacheLayerMixin",
+        "LinearAttentionCacheLayerMixin",
+        "DummyLayer",
+    ),
+}
+_attribute_types: tuple[type, ...] = ()
+
+
+def _walks_attributes(value: Any) -> bool:
+    """Whether `value` is an instance of one of `_ATTRIBUTE_CLASSES`."""
+    global _attribute_types
+    if _ATTRIBUTE_CLASSES:  # pick up the classes of modules imported since the last call
+        for name in [n for n in _ATTRIBUTE_CLASSES if n in sys.modules]:
+            module, classes = sys.modules[name], _ATTRIBUTE_CLASSES.pop(name)
+            found = (getattr(module, c, None) for c in classes)
+            _attribute_types += tuple(c for c in found if isinstance(c, type))
+    return bool(_attribute_types) and isinstance(value, _attribute_types)
 
 
 def _rebuild_mapping(value: Mapping[Any, Any], items: list[tuple[Any, Any]]) -> Any:
@@ -72,10 +132,12 @@ def _rebuild_mapping(value: Mapping[Any, Any], items: list[tuple[Any, Any]]) -> 
         return dict(items)
 
 
-def _rmap_dataclass(value: Any, fn: Callable[[Tensor], Any]) -> Any:
+def _rmap_dataclass(
+    value: Any, fn: Callable[[Tensor], Any], leaf: Callable[[Any], Any] | None
+) -> Any:
     fields = [f for f in dataclasses.fields(value) if hasattr(value, f.name)]
     # Map in field order so that fn sees tensors in the order iter_tensors yields them.
-    mapped = {f.name: rmap_tensor(getattr(value, f.name), fn) for f in fields}
+    mapped = {f.name: _rmap(getattr(value, f.name), fn, leaf) for f in fields}
     rebuilt = type(value)(**{f.name: mapped[f.name] for f in fields if f.init})
     for f in fields:
         if not f.init:
@@ -86,13 +148,16 @@ def _rmap_dataclass(value: Any, fn: Callable[[Tensor], Any]) -> Any:
 
 def iter_leaves(value: Any) -> Iterator[Any]:
     """Yield everything inside `value` that is not a container (tensors, numbers, `None`,
-    other objects; dict keys included), in the order `rmap_tensor` visits them.
+    other objects; dict keys included), in the order `rmap_tensor` visits them. The
+    containers are those `rmap_tensor` walks.
 
     Example:
         >>> list(iter_leaves({"a": (1, None), "b": [torch.tensor(2.0)]}))
         ['a', 1, None, 'b', tensor(2.)]
     """
-    if isinstance(value, (tuple, list)):
+    if isinstance(value, Tensor) or type(value) in _SCALARS:
+        yield value
+    elif isinstance(value, (tuple, list)):
         for v in value:
             yield from iter_leaves(v)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -102,6 +167,12 @@ def iter_leaves(value: Any) -> Iterator[Any]:
     elif isinstance(value, Mapping):
         for k, v in value.items():
             yield from iter_leaves(k)
+            yield from iter_leaves(v)
+    elif type(value) in SUPPORTED_NODES:
+        for child in SUPPORTED_NODES[type(value)].flatten_fn(value)[0]:
+            yield from iter_leaves(child)
+    elif _walks_attributes(value):
+        for v in vars(value).values():
             yield from iter_leaves(v)
     else:
         yield value

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
@@ -14,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from .._torch_compat import forget_compiled_code
+from .._torch_compat import compiled_callable, dynamo_has_compiled_code, forget_compiled_code
 from .._validate import (
     check_bool,
     check_callable,
@@ -27,8 +29,8 @@ from ..errors import ArgumentTypeError, ArgumentValueError, MemoryBudgetError
 from .grad_hooks import Gather, Tap, handle_is_dead, in_backward, unrecordable
 from .memo import RecentTensors
 from .records import Kind, Origin, Stash, StashFn, StashValueFn
-from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn
-from .structure import iter_leaves, iter_tensors, rmap_tensor
+from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn, keep
+from .structure import iter_leaves, iter_tensors
 
 __all__ = ["CAPTURE", "Pattern", "Recorder"]
 
@@ -88,7 +90,7 @@ def _is_compiled(module: nn.Module) -> bool:
 
 class _Guarded:
     """One of the library's own `StashValueFn`s, made never to raise into the user's pass:
-    a tensor it cannot handle is kept as an `Unrecordable` (with one warning)."""
+    a tensor it cannot handle is kept as an `Unrecorded` (with one warning)."""
 
     __slots__ = ("fn",)
 
@@ -231,7 +233,13 @@ class Recorder:
         self._step = 0
         self._step_count = 0
         self._registrations: list[_Registration] = []
-        self._released: list[_Registration] = []  # unregistered, re-attached on `with`
+        # Compiled callables (torch.compile) of the registered models; see _attach_all.
+        self._compiled: list[Callable[..., Any]] = []
+        # What __exit__ detached, for re-entering `with tracker:`; see __enter__.
+        self._resume: tuple[list[_Registration], list[Callable[..., Any]]] | None = None
+        self._unregistered = False
+        self._entered_at = 0
+        self._depth = 0  # nested `with tracker:` blocks; the outermost one detaches
         self._handles: list[RemovableHandle] = []
         self._grad_handles: list[Any] = []
         self._attached = False
@@ -259,6 +267,7 @@ class Recorder:
         check_bool(grad, "grad=")
         registration = _Registration(module, name, grad)
         self._registrations.append(registration)
+        self._unregistered = False
         if self.recording:
             self._attach(registration)
 
@@ -281,7 +290,9 @@ class Recorder:
         include_re = compile_pattern(include, "include")
         exclude_re = compile_pattern(exclude, "exclude")
         for name, child in module.named_modules():
-            forget_compiled_code(child)  # a no-op unless torch.compile'd and run already
+            compiled = compiled_callable(child)
+            if compiled is not None:
+                self._compiled.append(compiled)  # before registering: _attach looks at it
             if _is_compiled(child):
                 continue  # its _orig_mod is registered instead, under the same name
             # torch.compile wraps modules; they keep the names they have uncompiled.
@@ -291,14 +302,18 @@ class Recorder:
             if exclude_re is not None and exclude_re.search(name):
                 continue
             self.register(child, name, grad)
+        if self._compiled and self._attached:
+            self._forget_compiled_code()
 
     def unregister(self) -> None:
-        """Remove every hook this tracker attached; the stashes stay. Entering the tracker
-        again (`with tracker:`) attaches the same hooks again."""
+        """Remove every hook this tracker attached and forget the registered modules; the
+        stashes stay. (Leaving a `with tracker:` block also removes the hooks, but keeps the
+        modules, for a later `with tracker:` to record them again.)"""
         self._detach()
-        if self._registrations:
-            self._released = self._registrations
         self._registrations = []
+        self._compiled = []
+        self._resume = None
+        self._unregistered = True
 
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
@@ -326,24 +341,50 @@ class Recorder:
         for registration in self._registrations:
             registration.calls = 0
         if self.recording and not self._attached:
-            for registration in self._registrations:
-                self._attach(registration)
+            self._attach_all()
         elif not self.recording:
             self._detach()
+
+    def _attach_all(self) -> None:
+        for registration in self._registrations:
+            self._attach(registration)
+        if self._compiled and self._attached:
+            self._forget_compiled_code()
+
+    def _forget_compiled_code(self) -> None:
+        """Make compiled models see the hooks just attached (see `_torch_compat`)."""
+        modules = [reg.module for reg in self._registrations]
+        if not forget_compiled_code(self._compiled, modules):
+            warnings.warn(
+                "tensor_tracker: this version of torch lacks what is needed to make "
+                "torch.compile recompile the tracked model with the tracking hooks; if the "
+                "compiled model already ran, nothing may be recorded. Call "
+                "torch.compiler.reset() before tracking, or track the uncompiled model "
+                "(compiled._orig_mod).",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def _attach(self, reg: _Registration) -> None:
         if self._optimizer is not None and not self._attached:
             self._handles.append(self._optimizer.register_step_post_hook(self._optimizer_hook))
         self._attached = True
         module = reg.module
+        # Under torch.compile, Dynamo would trace the hooks (slowly, recompiling as their
+        # state changes); disabled, it calls them as they are. The wrapper costs a little
+        # per call, so only where Dynamo may run (torch.compile imports it; so does
+        # transformers).
+        untraced = bool(self._compiled) or "torch._dynamo" in sys.modules
         if self._outputs:
-            self._handles.append(
-                module.register_forward_hook(self._forward_hook(reg), with_kwargs=True)
-            )
+            hook = self._forward_hook(reg)
+            if untraced:
+                hook = torch.compiler.disable(hook)  # type: ignore[no-untyped-call]
+            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
         if self._inputs or self._params:
-            self._handles.append(
-                module.register_forward_pre_hook(self._pre_hook(reg), with_kwargs=True)
-            )
+            pre_hook = self._pre_hook(reg)
+            if untraced:
+                pre_hook = torch.compiler.disable(pre_hook)  # type: ignore[no-untyped-call]
+            self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         if self._params and reg.grad:
             for attr, param in reg.params:
                 if param.requires_grad:
@@ -525,7 +566,7 @@ class Recorder:
         stash_value = self._default_value
         if stash_value is not None:
             # The standard StashFn's result, without building an Event first.
-            stash = origin.stash(grad, rmap_tensor(value, stash_value))
+            stash = origin.stash(grad, keep(value, stash_value))
         else:
             stash = self._stash_fn(origin.event(grad, value, args, kwargs or {}))
             if not isinstance(stash, Stash):
@@ -598,14 +639,53 @@ class Recorder:
     __repr__ = __str__
 
     def __enter__(self: _R) -> _R:
-        # A tracker used in several `with` blocks records in each of them.
-        if not self._registrations and self._released:
-            for registration in self._released:
-                self._registrations.append(registration)
-                if self.recording:
+        """Start a `with` block. Entering again a tracker whose block ended attaches the
+        hooks to the same modules again, so that one tracker can record several runs; a
+        tracker emptied by `unregister()` (or a `MemoryBudgetError`) raises instead."""
+        if self._depth:
+            self._depth += 1
+            return self
+        if self._resume is not None:
+            (registrations, compiled), self._resume = self._resume, None
+            # Modules registered since the block ended are already attached; keep them.
+            self._registrations = registrations + self._registrations
+            self._compiled = compiled + self._compiled
+            self._unregistered = False
+            if self.recording:
+                for registration in registrations:
                     self._attach(registration)
-            self._released = []
+                if self._compiled:
+                    self._forget_compiled_code()
+        elif self._unregistered and not self._registrations:
+            raise RuntimeError(
+                "tensor_tracker: this tracker has no modules to track: unregister() (or a "
+                "MemoryBudgetError) removed them, so `with tracker:` would record nothing. "
+                "Register them again first (tracker.register_all(model)), or start a new "
+                "tracker with tensor_tracker.track(model)."
+            )
+        self._entered_at = len(self.stashes)
+        self._depth = 1
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self._depth = max(self._depth - 1, 0)
+        if self._depth:
+            return
+        resume = (self._registrations, self._compiled)
+        silent = self._attached and len(self.stashes) <= self._entered_at
+        unregistered = self._unregistered
         self.unregister()
+        self._unregistered = unregistered  # by unregister() or MemoryBudgetError in the block
+        if resume[0]:
+            self._resume = resume
+        if exc_type is None and silent and dynamo_has_compiled_code():
+            warnings.warn(
+                "tensor_tracker: nothing was recorded in this `with` block. If the model ran "
+                "under torch.compile, it may have run code compiled before the hooks were "
+                "added (torch.compile does not recompile when hooks are added). Track the "
+                "compiled model itself (track(torch.compile(model))), which recompiles it, "
+                "or call torch.compiler.reset() before tracking, or track an uncompiled "
+                "model.",
+                RuntimeWarning,
+                stacklevel=2,
+            )

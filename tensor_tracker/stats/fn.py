@@ -102,7 +102,7 @@ class StatsFn:
 
     builtin_stash_value = True
     """Marks the library's own stash values: the tracker records what they cannot handle
-    as `Unrecordable` instead of raising (a user's function raises as it likes)."""
+    as `Unrecorded` instead of raising (a user's function raises as it likes)."""
 
     def __init__(self, spec: Spec = True, *, compile: bool = False) -> None:
         items = parse_items(spec)
