@@ -3,7 +3,8 @@
 The examples are written for a notebook user who has a model and a batch: here `model` is a
 small `nn.Sequential`, `x` a batch for it, `tracker` a tracker that recorded one forward and
 backward pass of it, `event` one hook `Event`, and `loader`, `opt`, `loss_fn` a tiny
-training set-up.
+training set-up; `lm` is a small transformer (blocks `blocks.0`, `blocks.1`) and `tokens`
+a batch of token ids for it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch import nn
 
 import tensor_tracker
 import tensor_tracker.core.tracker
+from examples.tiny_transformer import TinyTransformer
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +31,14 @@ def _doctest_namespace(doctest_namespace: dict[str, Any]) -> None:
     event = tensor_tracker.Event("0", nn.Linear, False, torch.ones(2), (), {})
     loader = [torch.randn(8, 16) for _ in range(3)]
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lm = TinyTransformer(vocab=16, d_model=16, n_layers=2)
+    tokens = torch.randint(0, 16, (2, 16))
     doctest_namespace.update(
+        plot=tensor_tracker.plot,
+        widgets=tensor_tracker.widgets,
+        stats=tensor_tracker.stats,
+        lm=lm,
+        tokens=tokens,
         torch=torch,
         nn=nn,
         tensor_tracker=tensor_tracker,
@@ -46,7 +55,3 @@ def _doctest_namespace(doctest_namespace: dict[str, Any]) -> None:
         Recorder=tensor_tracker.core.tracker.Recorder,
         **{name: getattr(tensor_tracker.stats, name) for name in tensor_tracker.stats.__all__},
     )
-
-
-# Their examples are being rewritten with the layout of issue #10 (data/plot/widgets).
-collect_ignore = ["tensor_tracker/plot.py", "tensor_tracker/widgets.py"]

@@ -8,7 +8,15 @@ from typing import Any, TypeVar
 
 from .errors import ArgumentTypeError, ArgumentValueError
 
-__all__ = ["check_bool", "check_callable", "check_count", "check_int", "check_type"]
+__all__ = [
+    "check_bool",
+    "check_callable",
+    "check_choice",
+    "check_choices",
+    "check_count",
+    "check_int",
+    "check_type",
+]
 
 T = TypeVar("T")
 
@@ -68,3 +76,9 @@ def check_choices(values: Collection[T], argument: str, allowed: Collection[T]) 
             f"{argument} takes one or more of {tuple(allowed)}, got {_show(values)}"
             + (f" (unknown: {unknown})" if unknown else "")
         )
+
+
+def check_choice(value: Any, argument: str, choices: Collection[Any]) -> None:
+    """`value` must be one of `choices`."""
+    if value not in choices:
+        raise ArgumentValueError(f"{argument} must be one of {list(choices)}, got {_show(value)}")

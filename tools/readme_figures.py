@@ -36,18 +36,19 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator().manual_seed(0)
     for _ in range(30):  # trained a little, so the figures show a model that learns
         tokens, targets = copy_task_batch(batch=16, seq=24, vocab=32, generator=gen)
-        F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten()).backward()
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+        torch.autograd.backward(loss)
         opt.step()
         opt.zero_grad()
     tokens, targets = copy_task_batch(batch=4, seq=24, vocab=32, generator=gen)
 
-    def loss() -> torch.Tensor:
+    def batch_loss() -> torch.Tensor:
         return F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
 
     with tensor_tracker.track(model, stats=True) as stats:
-        loss().backward()
+        torch.autograd.backward(batch_loss())
     with tensor_tracker.track(model, include=r"^blocks\.\d+$|mlp\.act$") as full:
-        loss().backward()
+        torch.autograd.backward(batch_loss())
     model.zero_grad()
 
     figures = {

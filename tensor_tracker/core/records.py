@@ -142,12 +142,12 @@ class Origin:
         3
     """
 
-    __slots__ = ("attr", "call", "kind", "name", "step", "training", "type")
+    __slots__ = ("attr", "call", "cls", "kind", "name", "step", "training")
 
     def __init__(
         self,
         name: str,
-        type: type[nn.Module],
+        cls: type[nn.Module],
         call: int,
         step: int,
         kind: Kind,
@@ -155,7 +155,7 @@ class Origin:
         training: bool,
     ) -> None:
         self.name = name
-        self.type = type
+        self.cls = cls
         self.call = call
         self.step = step
         self.kind = kind
@@ -166,7 +166,7 @@ class Origin:
         """A `Stash` of `value` from here."""
         return Stash(
             self.name,
-            self.type,
+            self.cls,
             grad,
             value,
             self.call,
@@ -180,7 +180,7 @@ class Origin:
         """An `Event` of `value` from here (for a user's own `StashFn`)."""
         return Event(
             self.name,
-            self.type,
+            self.cls,
             grad,
             value,
             args,

@@ -10,8 +10,8 @@ import torch
 from torch import Tensor
 
 from ..core.memo import LastTensorMemo
+from .binning import HistogramFn, add_hist_derivers
 from .builtin import plan
-from .histogram import HistogramFn, add_hist_derivers
 from .kernels import F64, NAN, Core, compute_dtype, flat, host_tensor
 from .layout import Layout, column
 from .spec import DEFAULT, CustomName, Histogram, Item, Statistic, item_name, parse_items

@@ -8,8 +8,8 @@ from typing import Any
 
 from torch import Tensor
 
-from .core.records import Stash
-from .core.tracker import Recorder
+from ..core.records import Stash
+from ..core.tracker import Recorder
 
 __all__ = [
     "ROOT_LABEL",

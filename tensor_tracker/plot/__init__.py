@@ -1,0 +1,39 @@
+"""Matplotlib figures of what a tracker recorded.
+
+- `histogram`: the distribution of one or several stashed tensors (or recorded histograms).
+- `scale_plot`: forward and gradient scale of every module, against number-format limits.
+- `umap_plot`: each token's path through the layers, embedded in 2-D (UMAP or PCA).
+- `history`: a statistic over training steps, per module.
+- `histogram_heatmap`: one module's histogram over training steps.
+
+Every function returns a `matplotlib.figure.Figure` built without pyplot, so it works
+headless and leaves no global state behind; in a notebook the returned figure displays
+itself (as a PNG, unless a matplotlib backend such as `%matplotlib inline` shows it). Pass `ax=` to draw into an axes of your own figure instead. matplotlib is imported
+only when a function is called (`pip install 'tensor-tracker[plot]'`).
+
+Example:
+    >>> import tensor_tracker
+    >>> from tensor_tracker import plot
+    >>> with tensor_tracker.track(model) as t:
+    ...     model(x).sum().backward()
+    >>> fig = plot.scale_plot(t)           # rms per module, forward and gradient
+    >>> fig = plot.histogram(t[0], log2=True)  # log2|x| of the first stash
+"""
+
+from ..data.embedding import MAX_TOKENS, default_layers
+from ._figure import DEFAULT_FORMATS
+from .embedding import umap_plot
+from .histogram import histogram
+from .history import histogram_heatmap, history
+from .scale import scale_plot
+
+__all__ = [
+    "DEFAULT_FORMATS",
+    "MAX_TOKENS",
+    "default_layers",
+    "histogram",
+    "histogram_heatmap",
+    "history",
+    "scale_plot",
+    "umap_plot",
+]

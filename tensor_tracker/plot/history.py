@@ -1,0 +1,235 @@
+"""`history` and `histogram_heatmap`: statistics and histograms over training steps."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from .._optional import require
+from ..data.select import (
+    as_stashes,
+    display_name,
+    select,
+    stash_label,
+)
+from ..stats import Stats
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+from ..data.embedding import Names
+from ..data.history import history_rows, step_edges
+from ..data.series import (
+    Series,
+    auto_range,
+    bin_counts,
+    check_range,
+    empty_error,
+    log2_abs,
+    mean_by,
+    nothing_selected,
+    recorded_series,
+    tensor_series,
+)
+from ._figure import DEFAULT_FORMATS, format_lines, format_list, new_axes
+
+__all__ = ["histogram_heatmap", "history"]
+
+
+def history(
+    tracker_or_frame: Any,
+    *,
+    stat: str = "rms",
+    names: Names = None,
+    grad: bool = False,
+    kind: str = "output",
+    formats: Sequence[str] = DEFAULT_FORMATS,
+    ax: Axes | None = None,
+) -> Figure:
+    """A statistic over training steps, one line per module, on a log2 scale.
+
+    Record steps with one tracker around the training loop and `tracker.step()` after each
+    step (`every=N` records every N-th). x is the `step` column; y is log2|stat|, the mean
+    over a module's calls within each step. Horizontal lines mark the number-format limits
+    as in `scale_plot`.
+
+    Args:
+        tracker_or_frame: a `Tracker`, a list of `Stash`, or `tracker.to_frame()` (any
+            DataFrame with `name`, `step`, `grad` and the `stat` column).
+        stat: the statistic: recorded with `stats=`, a DataFrame column, or a name from
+            `tensor_tracker.stats.NAMES` computed from full-tensor stashes.
+        names: which modules: a substring or regex of module names, or a list of exact names
+            (`"<model>"` for the root); default: all, in execution order.
+        grad: `True` for the gradients, `False` for the forward values.
+        kind: `"output"` (the default), `"input"`, `"param"` or `"optimizer"`.
+        formats: which formats' limits to draw; `()` for none.
+        ax: draw into this matplotlib axes instead of a new figure.
+
+    Returns:
+        The matplotlib `Figure`: one line per module (labelled with its name) plus the
+        reference lines (`gid` `"limit:<format>:<limit>"`).
+
+    Raises:
+        TypeError: `tracker_or_frame` is of the wrong type.
+        ValueError: nothing recorded, no module matches `names`, an unknown `stat`, or every
+            value is zero/NaN.
+
+    Example:
+        >>> with tensor_tracker.track(lm, stats=True) as t:
+        ...     for _ in range(3):
+        ...         lm(tokens).logsumexp(-1).mean().backward(); t.step()
+        >>> fig = plot.history(t, stat="rms", names=r"blocks\\.\\d+$", grad=True)
+    """
+    row_names, steps, values, modules = history_rows(tracker_or_frame, stat, names, grad, kind)
+    fmts = format_list(formats)
+    means = mean_by(list(zip(row_names, steps)), values)
+    fig, ax = new_axes(ax, (8.0, 4.5))
+    handles = []
+    everything: list[float] = []
+    for i, module in enumerate(modules):
+        xs = sorted(st for (n, st) in means if n == module)
+        ys = log2_abs([means[(module, st)] for st in xs])
+        everything += ys
+        line = ax.plot(
+            xs, ys, marker=".", color=f"C{i % 10}", label=display_name(module), zorder=3
+        )[0]
+        handles.append(line)
+    if all(math.isnan(v) for v in everything):
+        raise ValueError(
+            f"history: every {stat} value is zero, NaN or infinite, so there is nothing to draw "
+            "on a log scale; try another stat= such as 'abs_max'"
+        )
+    handles += format_lines(ax, fmts, everything)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"log2({stat})" if stat not in ("mean", "min", "max") else f"log2|{stat}|")
+    what = "gradients" if grad else ("outputs" if kind == "output" else f"{kind}s")
+    ax.set_title(f"{stat} of {what} over steps (mean over calls)")
+    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def histogram_heatmap(
+    tracker: Any,
+    name: str,
+    *,
+    grad: bool = False,
+    kind: str = "output",
+    stat: str = "hist",
+    bins: int = 64,
+    log2: bool | None = None,
+    range: tuple[float, float] | None = None,
+    ax: Axes | None = None,
+) -> Figure:
+    """One module's histogram at every recorded step, as a heatmap.
+
+    x is the step, y the histogram's bins (log2|value| for log2 bins), colour the count on
+    a log scale (empty bins are blank). Counts of a step sum over the module's calls.
+
+    With `track(model, stats=[..., tensor_tracker.stats.histogram()])` the recorded
+    histogram `stat` is drawn with its own bins (`bins`, `log2` and `range` are ignored).
+    With full-tensor stashes, each step's values are binned with torch over a common range.
+    Values not shown (zeros in log2 mode, NaN/inf, outside the bins) are counted in the
+    title.
+
+    Args:
+        tracker: a `Tracker` or a list of `Stash`.
+        name: the module's name (`"<model>"` or `""` for the root).
+        grad: `True` for the gradients, `False` for the forward values.
+        kind: `"output"` (the default), `"input"`, `"param"` or `"optimizer"`.
+        stat: the name of the recorded histogram statistic (default `"hist"`).
+        bins: number of bins for full-tensor stashes.
+        log2: bin log2|x| (default for full tensors: `True`).
+        range: `(lo, hi)` of the binned axis for full tensors; default: all steps' values.
+        ax: draw into this matplotlib axes instead of a new figure.
+
+    Returns:
+        The matplotlib `Figure`; the axes holds one `QuadMesh` whose array has shape
+        `[bins, steps]`.
+
+    Raises:
+        TypeError: `tracker` is not a tracker or a list of stashes.
+        ValueError: no stashes, none for this module, no histogram statistic named `stat`
+            recorded, or no value to show.
+
+    Example:
+        >>> with tensor_tracker.track(lm, stats=["rms", stats.histogram()]) as t:
+        ...     for _ in range(3):
+        ...         lm(tokens).logsumexp(-1).mean().backward(); t.step()
+        >>> fig = plot.histogram_heatmap(t, "blocks.0", grad=True)
+    """
+    stashes = as_stashes(tracker, "tracker")
+    if not stashes:
+        raise empty_error("histogram_heatmap", "tracker")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a module name (str), got {type(name).__name__}")
+    chosen = select(stashes, names=[name], grad=grad, kind=kind)
+    chosen = [s for s in chosen if isinstance(s.first_value, (Tensor, Stats))]
+    if not chosen:
+        raise nothing_selected(
+            "histogram_heatmap",
+            f"name={name!r}, grad={grad}, kind={kind!r} (holding a tensor or statistics)",
+            stashes,
+        )
+    steps = sorted({s.step for s in chosen})
+    position = {st: i for i, st in enumerate(steps)}
+    recorded = [s for s in chosen if isinstance(s.first_value, Stats)]
+    missing: dict[str, float] = {}
+    if recorded:
+        if len(recorded) < len(chosen):
+            raise ValueError("histogram_heatmap: the module's stashes mix tensors and statistics")
+        stats_list: list[Stats] = [s.first_value for s in recorded]
+        labels = [stash_label(s) for s in recorded]
+        series, edges_t, log2_used = recorded_series(recorded, stats_list, labels, stat, None)
+        edges = list(edges_t)
+        counts = torch.zeros(len(steps), len(edges) - 1, dtype=torch.float64)
+        for s, ser in zip(recorded, series):
+            counts[position[s.step]] += torch.tensor(ser.counts, dtype=torch.float64)
+            for what, n in ser.missing.items():
+                missing[what] = missing.get(what, 0) + n
+    else:
+        if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
+            raise ValueError(f"bins must be a positive int, got {bins!r}")
+        log2_used = True if log2 is None else bool(log2)
+        per_step: dict[int, list[Series]] = {}
+        for s in chosen:
+            tensor = s.first_value
+            per_step.setdefault(s.step, []).append(tensor_series(tensor, stash_label(s), log2_used))
+        everything = [ser for group in per_step.values() for ser in group]
+        span = check_range(range)
+        if not any(ser.finite for ser in everything):
+            raise ValueError(
+                f"histogram_heatmap: {display_name(name)!r} has no finite"
+                f"{' nonzero' if log2_used else ''} values at any step"
+            )
+        lo, hi = span if span is not None else auto_range(everything)
+        edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64).tolist()
+        counts = torch.zeros(len(steps), bins, dtype=torch.float64)
+        for st, group in per_step.items():
+            for ser in group:
+                c = bin_counts(ser, bins, lo, hi)
+                counts[position[st]] += torch.tensor(c, dtype=torch.float64)
+                for what, n in ser.missing.items():
+                    missing[what] = missing.get(what, 0) + n
+    if float(counts.sum()) == 0:
+        raise ValueError(
+            f"histogram_heatmap: no value of {display_name(name)!r} falls in the bins "
+            f"(not shown: {missing})"
+        )
+    colors = require("matplotlib.colors", "plot")
+    fig, ax = new_axes(ax, (8.0, 4.5))
+    grid = counts.T.numpy()
+    masked = require("numpy", "plot").ma.masked_equal(grid, 0.0)
+    positive = counts[counts > 0]
+    norm = colors.LogNorm(vmin=float(positive.min()), vmax=max(float(positive.max()), 1.0))
+    mesh = ax.pcolormesh(step_edges(steps), edges, masked, norm=norm, cmap="viridis")
+    fig.colorbar(mesh, ax=ax, label="count (log scale)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("log2|value|" if log2_used else "value")
+    left_out = ", ".join(f"{round(n):,} {what}" for what, n in missing.items() if n)
+    title = f"{display_name(name)} ({'grad' if grad else 'fwd'}): histogram over steps"
+    ax.set_title(title + (f"\nnot shown: {left_out}" if left_out else ""), fontsize="medium")
+    return fig

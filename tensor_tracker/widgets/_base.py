@@ -1,0 +1,183 @@
+"""What the viewers share: the panel (controls, image, message), option lists, quiet updates."""
+
+from __future__ import annotations
+
+import html
+import io
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor
+
+from .._optional import require
+from ..core.records import Stash
+from ..data.select import (
+    as_stashes,
+    display_name,
+)
+from ..stats import NAMES, Stats
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+__all__ = [
+    "DPI",
+    "EMPTY",
+    "Panel",
+    "Quiet",
+    "default_stat",
+    "empty_viewer",
+    "error_html",
+    "ipywidgets_module",
+    "make_viewer",
+    "module_options",
+    "observe",
+    "plottable",
+    "set_options",
+    "stashes_of",
+    "stat_options",
+]
+
+
+DPI = 90
+
+
+EMPTY = (
+    "The tracker holds no stashes yet. Record something first, e.g. "
+    "<code>with tensor_tracker.track(model) as t: model(x).sum().backward()</code>, "
+    "then build the viewer again."
+)
+
+
+def ipywidgets_module() -> Any:
+    require("matplotlib", "widgets")
+    return require("ipywidgets", "widgets")
+
+
+def error_html(text: str) -> str:
+    return f'<span style="color:#b00020">{html.escape(text)}</span>'
+
+
+class Panel:
+    """A message line above a figure image; `show` draws a figure or shows why it can't."""
+
+    def __init__(self, w: Any) -> None:
+        self.message = w.HTML(value="")
+        self.image = w.Image(format="png")
+        self.image.layout.display = "none"
+        self.figure: Figure | None = None
+        self.box = w.VBox([self.message, self.image])
+
+    def show(self, draw: Callable[[], Figure]) -> None:
+        try:
+            figure = draw()
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png", dpi=DPI)
+        except (ValueError, TypeError, KeyError, ImportError) as error:
+            self.fail(str(error).strip("'\""))
+            return
+        except Exception as error:  # never a traceback in the notebook: say what failed
+            self.fail(f"could not draw this figure ({type(error).__name__}: {error})")
+            return
+        self.figure = figure
+        self.image.value = buffer.getvalue()
+        self.image.layout.display = ""
+        self.message.value = ""
+
+    def fail(self, text: str) -> None:
+        self.figure = None
+        self.image.value = b""
+        self.image.layout.display = "none"
+        self.message.value = error_html(text)
+
+
+def make_viewer(
+    w: Any, controls: dict[str, Any], rows: Sequence[Any], panel: Panel, redraw: Callable[[], None]
+) -> Any:
+    """The VBox with `controls`, `figure`, `message`, `image` and `redraw` attached."""
+    box = w.VBox([*rows, panel.box])
+    box.controls = controls
+    box.message = panel.message
+    box.image = panel.image
+    box.figure = None
+
+    def redraw_and_keep() -> None:
+        redraw()
+        box.figure = panel.figure
+
+    box.redraw = redraw_and_keep
+    return box
+
+
+def empty_viewer(w: Any, text: str) -> Any:
+    panel = Panel(w)
+    panel.fail(text)
+    panel.message.value = text if text == EMPTY else error_html(text)
+    return make_viewer(w, {}, [], panel, lambda: None)
+
+
+def stashes_of(tracker: Any) -> list[Stash]:
+    return as_stashes(tracker, "tracker")
+
+
+def module_options(names: Sequence[str]) -> list[tuple[str, str]]:
+    return [(display_name(n), n) for n in names]
+
+
+def observe(controls: Sequence[Any], callback: Callable[[], None]) -> None:
+    for control in controls:
+        control.observe(lambda _change: callback(), names="value")
+
+
+class Quiet:
+    """Suspends redraws while several controls are updated, then redraws once."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.depth -= 1
+
+    @property
+    def active(self) -> bool:
+        return self.depth > 0
+
+
+def set_options(control: Any, options: Sequence[Any], keep: Any, default: Any = None) -> None:
+    """Replace a Dropdown's options, keeping its value when still offered."""
+    values = [o[1] if isinstance(o, tuple) else o for o in options]
+    control.options = list(options)
+    if keep in values:
+        control.value = keep
+    elif default in values:
+        control.value = default
+    elif values:
+        control.value = values[0]
+
+
+def plottable(stashes: Sequence[Stash]) -> list[Stash]:
+    return [s for s in stashes if isinstance(s.first_value, (Tensor, Stats))]
+
+
+def stat_options(stashes: Sequence[Stash]) -> list[str]:
+    """Scalar statistics available: the recorded ones for stats= stashes, else the
+    built-in names (computed from tensors)."""
+    recorded: dict[str, None] = {}
+    has_tensors = False
+    for s in stashes:
+        value = s.first_value
+        if isinstance(value, Stats):
+            hist_names = {n for h in value.layout.histograms.values() for n in h.names}
+            recorded.update(dict.fromkeys(n for n in value.names if n not in hist_names))
+        elif isinstance(value, Tensor):
+            has_tensors = True
+    options = list(recorded)
+    if has_tensors:
+        options += [n for n in NAMES if n not in recorded]
+    return options
+
+
+def default_stat(options: Sequence[str]) -> str | None:
+    return "rms" if "rms" in options else (options[0] if options else None)

@@ -1,0 +1,200 @@
+"""`histogram_viewer`: browse the distributions of recorded tensors."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import plot
+from ..core.records import Stash
+from ..data.select import (
+    ROOT_LABEL,
+    display_name,
+    match_names,
+    module_order,
+    stash_label,
+)
+from ..stats import Stats
+
+if TYPE_CHECKING:
+    import ipywidgets
+    from matplotlib.figure import Figure
+from ._base import (
+    EMPTY,
+    Panel,
+    Quiet,
+    empty_viewer,
+    ipywidgets_module,
+    make_viewer,
+    module_options,
+    observe,
+    plottable,
+    set_options,
+    stashes_of,
+)
+
+__all__ = ["histogram_viewer"]
+
+
+def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
+    """Browse the histogram of any stashed tensor.
+
+    Controls (keys of `viewer.controls`):
+
+    - `"filter"` (Text): substring or regular expression of module names; the module list
+      shows the matches (`"<model>"` is the root).
+    - `"module"` (Dropdown): the module.
+    - `"what"` (Dropdown): `output`, or an input/parameter/optimizer entry when recorded.
+    - `"grad"` (ToggleButtons): forward value (`False`) or gradient (`True`).
+    - `"step"`, `"call"` (Dropdowns): which step and which call of the module.
+    - `"log2"` (ToggleButtons): linear values (`False`) or log2|x| (`True`).
+    - `"bins"` (IntSlider): number of bins.
+
+    Stashes recorded with `stats=[..., tensor_tracker.stats.histogram()]` show their recorded
+    bins (`log2` and `bins` are then fixed by the recording).
+
+    Args:
+        tracker: a `Tracker` or a list of `Stash`.
+
+    Returns:
+        An `ipywidgets.VBox` with `controls`, `figure`, `message`, `image` and `redraw()`
+        (see the module docstring).
+
+    Raises:
+        TypeError: `tracker` is not a tracker or a list of stashes.
+
+    Example:
+        >>> with tensor_tracker.track(lm) as t:
+        ...     lm(tokens).sum().backward()
+        >>> v = widgets.histogram_viewer(t)
+        >>> v.controls["filter"].value = "blocks.0"
+        >>> v.controls["log2"].value = True
+        >>> v.figure.axes[0].get_xlabel()
+        'log2|value|'
+    """
+    w = ipywidgets_module()
+    stashes = stashes_of(tracker)
+    if not stashes:
+        return empty_viewer(w, EMPTY)
+    usable = plottable(stashes)
+    if not usable:
+        return empty_viewer(
+            w,
+            "No stash holds a tensor or statistics (e.g. values of a custom stash_value); "
+            "track with the default copy or stats=[..., tensor_tracker.stats.histogram()].",
+        )
+    names = module_order(usable)
+    quiet = Quiet()
+    c: dict[str, Any] = {
+        "filter": w.Text(
+            value="",
+            description="filter",
+            placeholder="substring or regex",
+            continuous_update=False,
+        ),
+        "module": w.Dropdown(options=module_options(names), description="module"),
+        "what": w.Dropdown(description="value"),
+        "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=False),
+        "step": w.Dropdown(description="step"),
+        "call": w.Dropdown(description="call"),
+        "log2": w.ToggleButtons(options=[("linear", False), ("log2", True)], value=False),
+        "bins": w.IntSlider(value=64, min=1, max=256, description="bins", continuous_update=False),
+    }
+    for key in ("grad", "log2"):
+        c[key].style.button_width = "80px"
+    panel = Panel(w)
+
+    def candidates() -> list[Stash]:
+        name = c["module"].value
+        if name is None:
+            return []
+        return [s for s in usable if s.name == name]
+
+    def refresh_choices() -> None:
+        """Update the dependent dropdowns from the module down."""
+        with quiet:
+            own = candidates()
+            whats = list(dict.fromkeys((s.kind, s.attr) for s in own))
+            set_options(
+                c["what"],
+                [(k + (f" {a}" if a else ""), (k, a)) for k, a in whats],
+                c["what"].value,
+                ("output", ""),
+            )
+            kind, attr = c["what"].value or ("output", "")
+            same = [
+                s for s in own if s.kind == kind and s.attr == attr and s.grad == c["grad"].value
+            ]
+            set_options(c["step"], sorted({s.step for s in same}), c["step"].value)
+            at_step = [s for s in same if s.step == c["step"].value]
+            set_options(c["call"], sorted({s.call for s in at_step}), c["call"].value)
+
+    def on_filter() -> None:
+        with quiet:
+            pattern = c["filter"].value
+            matching = match_names(names, pattern)
+            exact = "" if pattern == ROOT_LABEL else pattern
+            keep = exact if pattern and exact in matching else c["module"].value
+            set_options(c["module"], module_options(matching), keep)
+            if not matching:
+                c["module"].value = None
+        refresh_choices()
+        redraw()
+
+    def draw() -> Figure:
+        pattern = c["filter"].value
+        if c["module"].value is None:
+            raise ValueError(
+                f"No module matches the filter {pattern!r}. Clear it, or try part of one of: "
+                + ", ".join(display_name(n) for n in names[:10])
+            )
+        kind, attr = c["what"].value or ("output", "")
+        grad = c["grad"].value
+        chosen = [
+            s
+            for s in candidates()
+            if s.kind == kind
+            and s.attr == attr
+            and s.grad == grad
+            and s.step == c["step"].value
+            and s.call == c["call"].value
+        ]
+        if not chosen:
+            what = "gradient" if grad else "forward value"
+            raise ValueError(
+                f"No {what} recorded for {display_name(c['module'].value)} ({kind}"
+                + (f" {attr}" if attr else "")
+                + ")"
+                + (" — track with grad=True to record gradients." if grad else ".")
+            )
+        stash = chosen[0]
+        recorded = isinstance(stash.first_value, Stats)
+        c["log2"].disabled = c["bins"].disabled = recorded
+        return plot.histogram(
+            stash,
+            bins=c["bins"].value,
+            log2=None if recorded else c["log2"].value,
+            labels=[stash_label(stash, step=True, call=True)],
+        )
+
+    def redraw() -> None:
+        if not quiet.active:
+            panel.show(draw)
+            box.figure = panel.figure
+
+    def on_choice() -> None:
+        if not quiet.active:
+            refresh_choices()
+            redraw()
+
+    c["filter"].observe(lambda _change: on_filter(), names="value")
+    observe([c["module"], c["what"], c["grad"], c["step"]], on_choice)
+    observe([c["call"], c["log2"], c["bins"]], redraw)
+    rows = [
+        w.HBox([c["filter"], c["module"], c["what"]]),
+        w.HBox([c["grad"], c["step"], c["call"]]),
+        w.HBox([c["log2"], c["bins"]]),
+    ]
+    box = make_viewer(w, c, rows, panel, redraw)
+    refresh_choices()
+    box.redraw()
+    return box

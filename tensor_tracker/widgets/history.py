@@ -1,0 +1,126 @@
+"""`history_viewer`: statistics over steps, per module, or a histogram heatmap."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import plot
+from ..data.select import (
+    module_order,
+    select,
+)
+
+if TYPE_CHECKING:
+    import ipywidgets
+    from matplotlib.figure import Figure
+from ..data.embedding import NUMBERED
+from ._base import (
+    EMPTY,
+    Panel,
+    default_stat,
+    empty_viewer,
+    ipywidgets_module,
+    make_viewer,
+    module_options,
+    observe,
+    stashes_of,
+    stat_options,
+)
+
+__all__ = ["history_viewer"]
+
+
+def history_viewer(tracker: Any) -> ipywidgets.VBox:
+    """A statistic over training steps (`plot.history`), plus one module's histogram over
+    steps (`plot.histogram_heatmap`).
+
+    Controls (keys of `viewer.controls`):
+
+    - `"stat"` (Dropdown): the statistic (default `"rms"`).
+    - `"modules"` (SelectMultiple): the modules drawn as lines; default the numbered layers
+      (names ending in a number, e.g. `blocks.0`, `blocks.1`), else the first 8 modules.
+    - `"grad"` (ToggleButtons): forward values (`False`) or gradients (`True`); applies to
+      both figures.
+    - `"heatmap_module"` (Dropdown): the module of the heatmap. Its histograms come from
+      `stats=[..., tensor_tracker.stats.histogram()]` or are binned from full tensors.
+
+    Args:
+        tracker: a `Tracker` (use `tracker.step()` between training steps) or a list of
+            `Stash`.
+
+    Returns:
+        An `ipywidgets.VBox` with `controls`, `figure` (the history), `message`, `image`,
+        `redraw()`, and for the heatmap `heatmap_figure`, `heatmap_message`,
+        `heatmap_image`.
+
+    Raises:
+        TypeError: `tracker` is not a tracker or a list of stashes.
+
+    Example:
+        >>> with tensor_tracker.track(lm, stats=["rms", stats.histogram()]) as t:
+        ...     for _ in range(3):
+        ...         lm(tokens).logsumexp(-1).mean().backward(); t.step()
+        >>> v = widgets.history_viewer(t)
+        >>> v.controls["modules"].value = ("blocks.0",)
+        >>> v.controls["heatmap_module"].value = "blocks.0"
+    """
+    w = ipywidgets_module()
+    stashes = stashes_of(tracker)
+    if not stashes:
+        viewer = empty_viewer(w, EMPTY)
+        viewer.heatmap_figure = None
+        viewer.heatmap_message = viewer.message
+        viewer.heatmap_image = viewer.image
+        return viewer
+    options = stat_options(stashes)
+    outputs = select(stashes, kind="output")
+    names = module_order(outputs or stashes)
+    default = [n for n in names if NUMBERED.search(n)] or names[:8]
+    c: dict[str, Any] = {
+        "stat": w.Dropdown(options=options, value=default_stat(options), description="statistic"),
+        "modules": w.SelectMultiple(
+            options=module_options(names), value=default, description="modules", rows=8
+        ),
+        "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=False),
+        "heatmap_module": w.Dropdown(
+            options=module_options(names), value=default[0], description="heatmap"
+        ),
+    }
+    panel = Panel(w)
+    heat = Panel(w)
+
+    def draw_history() -> Figure:
+        modules = list(c["modules"].value)
+        if not modules:
+            raise ValueError("Select one or more modules (ctrl/shift-click).")
+        if c["stat"].value is None:
+            raise ValueError("No statistic is available for these stashes.")
+        return plot.history(stashes, stat=c["stat"].value, names=modules, grad=c["grad"].value)
+
+    def draw_heatmap() -> Figure:
+        return plot.histogram_heatmap(stashes, c["heatmap_module"].value, grad=c["grad"].value)
+
+    def redraw_history() -> None:
+        panel.show(draw_history)
+        box.figure = panel.figure
+
+    def redraw_heatmap() -> None:
+        heat.show(draw_heatmap)
+        box.heatmap_figure = heat.figure
+
+    def redraw() -> None:
+        redraw_history()
+        redraw_heatmap()
+
+    observe([c["stat"], c["modules"]], redraw_history)
+    observe([c["heatmap_module"]], redraw_heatmap)
+    observe([c["grad"]], redraw)
+    rows = [w.HBox([w.VBox([c["stat"], c["grad"]]), c["modules"]])]
+    box = make_viewer(w, c, rows, panel, redraw)
+    box.children = (*box.children, c["heatmap_module"], heat.box)
+    box.heatmap_message = heat.message
+    box.heatmap_image = heat.image
+    box.heatmap_figure = None
+    box.redraw()
+    box.heatmap_figure = heat.figure
+    return box
