@@ -9,7 +9,7 @@ import pytest
 
 from tools import notebooks as _notebooks
 
-DOC = Path(__file__).resolve().parent.parent / "doc"
+DOC = Path(__file__).resolve().parents[2] / "doc"
 NOTEBOOKS = [DOC / "Usage.ipynb", DOC / "Example.ipynb"]
 
 # What executing them needs, beyond the package itself.

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-from torch import nn
 
 pytest.importorskip("matplotlib")
 
@@ -17,70 +16,9 @@ from matplotlib.collections import LineCollection, PathCollection, QuadMesh
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from examples.tiny_transformer import TinyTransformer, copy_task_batch
-from tensor_tracker import Stash, Tracker, plot, stats, track
+from tensor_tracker import Stash, Tracker, plot, track
 from tensor_tracker.stats.formats import FORMATS
-
-# -- fixtures ---------------------------------------------------------------------------
-
-
-def tiny_model() -> TinyTransformer:
-    torch.manual_seed(0)
-    return TinyTransformer(vocab=16, d_model=16, n_layers=2)
-
-
-def batch(size: int = 2, seq: int = 8) -> torch.Tensor:
-    tokens, _ = copy_task_batch(size, seq, 16, torch.Generator().manual_seed(0))
-    return tokens
-
-
-def run(
-    model: nn.Module, tracker: Tracker, steps: int = 1, tokens: torch.Tensor | None = None
-) -> None:
-    tokens = batch() if tokens is None else tokens
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with tracker:
-        for _ in range(steps):
-            model(tokens).float().pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-            tracker.step()
-
-
-@pytest.fixture(scope="module")
-def full() -> Tracker:
-    model = tiny_model()
-    tracker = track(model)
-    run(model, tracker)
-    return tracker
-
-
-@pytest.fixture(scope="module")
-def with_stats() -> Tracker:
-    model = tiny_model()
-    tracker = track(model, stats=True)
-    run(model, tracker)
-    return tracker
-
-
-@pytest.fixture(scope="module")
-def hist_steps() -> Tracker:
-    model = tiny_model()
-    tracker = track(model, stats=["rms", "abs_max", stats.histogram()])
-    run(model, tracker, steps=3)
-    return tracker
-
-
-@pytest.fixture(scope="module")
-def full_steps() -> Tracker:
-    model = tiny_model()
-    tracker = track(model)
-    run(model, tracker, steps=3)
-    return tracker
-
-
-def stash(value: object, name: str = "x", grad: bool = False, **kw: object) -> Stash:
-    return Stash(name, nn.Identity, grad, value, **kw)
+from tests.helpers import batch, stash, tiny_model, train
 
 
 def bar_counts(fig: Figure, i: int = 0) -> list[float]:
@@ -430,7 +368,7 @@ def test_umap_plot_points_are_the_principal_components(full: Tracker) -> None:
 def test_umap_plot_takes_at_most_max_tokens_by_default() -> None:
     model = tiny_model()
     tracker = track(model, include=r"blocks\.\d+$")
-    run(model, tracker, tokens=batch(10, 8))
+    train(model, tracker, tokens=batch(10, 8))
     ax = plot.umap_plot(tracker, method="pca").axes[0]
     assert len(points(ax).get_offsets()) == 2 * plot.MAX_TOKENS
     assert f"{plot.MAX_TOKENS} tokens" in ax.get_title()

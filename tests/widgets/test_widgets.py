@@ -7,60 +7,14 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 
 import ipywidgets
 
-from examples.tiny_transformer import TinyTransformer, copy_task_batch
-from tensor_tracker import Stash, Tracker, stats, track, widgets
-
-
-def tiny_model() -> TinyTransformer:
-    torch.manual_seed(0)
-    return TinyTransformer(vocab=16, d_model=16, n_layers=2)
-
-
-def run(model: nn.Module, tracker: Tracker, steps: int = 1) -> Tracker:
-    tokens, _ = copy_task_batch(2, 8, 16, torch.Generator().manual_seed(0))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with tracker:
-        for _ in range(steps):
-            model(tokens).pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-            tracker.step()
-    return tracker
-
-
-@pytest.fixture(scope="module")
-def full() -> Tracker:
-    model = tiny_model()
-    return run(model, track(model))
-
-
-@pytest.fixture(scope="module")
-def full_steps() -> Tracker:
-    model = tiny_model()
-    return run(model, track(model), steps=3)
-
-
-@pytest.fixture(scope="module")
-def hist_steps() -> Tracker:
-    model = tiny_model()
-    return run(model, track(model, stats=["rms", "abs_max", stats.histogram()]), steps=3)
-
-
-@pytest.fixture(scope="module")
-def with_stats() -> Tracker:
-    model = tiny_model()
-    return run(model, track(model, stats=True), steps=2)
-
-
-def stash(value: object, name: str = "x", grad: bool = False) -> Stash:
-    return Stash(name, nn.Identity, grad, value)
+from tensor_tracker import Tracker, track, widgets
+from tests.helpers import stash, tiny_model
 
 
 def title(viewer: Any, figure: str = "figure") -> str:
@@ -181,16 +135,16 @@ def test_histogram_viewer_recorded_histograms_fix_bins(hist_steps: Tracker) -> N
     assert v.figure.axes[0].get_xlabel() == "log2|value|"
 
 
-def test_histogram_viewer_stats_without_histogram_shows_message(with_stats: Tracker) -> None:
-    v = widgets.histogram_viewer(with_stats)
+def test_histogram_viewer_stats_without_histogram_shows_message(with_stats_steps: Tracker) -> None:
+    v = widgets.histogram_viewer(with_stats_steps)
     assert shows_message(v, "stats.histogram()")
 
 
 # -- scale_viewer ------------------------------------------------------------------------
 
 
-def test_scale_viewer_statistic_dropdown_redraws(with_stats: Tracker) -> None:
-    v = widgets.scale_viewer(with_stats)
+def test_scale_viewer_statistic_dropdown_redraws(with_stats_steps: Tracker) -> None:
+    v = widgets.scale_viewer(with_stats_steps)
     assert list(v.controls["stat"].options) == [
         "mean",
         "std",
@@ -205,8 +159,8 @@ def test_scale_viewer_statistic_dropdown_redraws(with_stats: Tracker) -> None:
     assert v.figure.axes[0].get_ylabel() == "log2(abs_max)"
 
 
-def test_scale_viewer_step_dropdown_redraws(with_stats: Tracker) -> None:
-    v = widgets.scale_viewer(with_stats)
+def test_scale_viewer_step_dropdown_redraws(with_stats_steps: Tracker) -> None:
+    v = widgets.scale_viewer(with_stats_steps)
     assert "step 1" in title(v)
     v.controls["step"].value = 0
     assert "step 0" in title(v)
@@ -266,8 +220,8 @@ def test_umap_viewer_different_feature_sizes_show_message(full: Tracker) -> None
     assert shows_message(v, "feature sizes differ")
 
 
-def test_umap_viewer_needs_full_tensors(with_stats: Tracker) -> None:
-    v = widgets.umap_viewer(with_stats)
+def test_umap_viewer_needs_full_tensors(with_stats_steps: Tracker) -> None:
+    v = widgets.umap_viewer(with_stats_steps)
     assert v.figure is None and "track without stats=" in v.message.value
 
 
@@ -298,8 +252,8 @@ def test_history_viewer_grad_toggle_redraws_both(full_steps: Tracker) -> None:
     assert title(v, "heatmap_figure").startswith("blocks.0 (grad)")
 
 
-def test_history_viewer_without_histograms_explains_heatmap(with_stats: Tracker) -> None:
-    v = widgets.history_viewer(with_stats)
+def test_history_viewer_without_histograms_explains_heatmap(with_stats_steps: Tracker) -> None:
+    v = widgets.history_viewer(with_stats_steps)
     assert v.figure is not None
     assert v.heatmap_figure is None
     assert "stats.histogram()" in v.heatmap_message.value

@@ -26,10 +26,7 @@ from tensor_tracker import (
     track,
 )
 from tensor_tracker.core.structure import iter_leaves, iter_tensors
-
-
-def hook_count(model: nn.Module) -> int:
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+from tests.helpers import hook_count
 
 
 def tensors_in(stashes: list[Stash]) -> Iterator[Tensor]:

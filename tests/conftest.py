@@ -1,0 +1,43 @@
+"""Trackers of a small transformer that several test modules read (never modify)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensor_tracker import Tracker, stats, track
+from tests.helpers import tiny_model, train
+
+
+@pytest.fixture(scope="session")
+def full() -> Tracker:
+    """Full copies of one training step."""
+    model = tiny_model()
+    return train(model, track(model))
+
+
+@pytest.fixture(scope="session")
+def full_steps() -> Tracker:
+    """Full copies of three training steps."""
+    model = tiny_model()
+    return train(model, track(model), steps=3)
+
+
+@pytest.fixture(scope="session")
+def with_stats() -> Tracker:
+    """The default statistics of one training step."""
+    model = tiny_model()
+    return train(model, track(model, stats=True))
+
+
+@pytest.fixture(scope="session")
+def with_stats_steps() -> Tracker:
+    """The default statistics of two training steps."""
+    model = tiny_model()
+    return train(model, track(model, stats=True), steps=2)
+
+
+@pytest.fixture(scope="session")
+def hist_steps() -> Tracker:
+    """rms, abs_max and the default histogram over three training steps."""
+    model = tiny_model()
+    return train(model, track(model, stats=["rms", "abs_max", stats.histogram()]), steps=3)
