@@ -10,6 +10,8 @@ built-ins keeps working:
   `ArgumentValueError` (a `ValueError`);
 - stashes about to exceed `max_bytes`: `MemoryBudgetError` (a `RuntimeError`);
 - a statistic or column that was not recorded: `NotRecordedError` (a `KeyError`);
+- a tracker used in a state where the call cannot work (entering a tracker whose modules
+  were unregistered, ...): `TrackerStateError` (a `RuntimeError`);
 - an optional extra (pandas, matplotlib, ...) that is not installed: `MissingExtraError`
   (an `ImportError`).
 
@@ -31,6 +33,7 @@ __all__ = [
     "MissingExtraError",
     "NotRecordedError",
     "TensorTrackerError",
+    "TrackerStateError",
 ]
 
 
@@ -60,3 +63,7 @@ class NotRecordedError(TensorTrackerError, KeyError):
 
 class MissingExtraError(TensorTrackerError, ImportError):
     """An optional dependency is not installed; the message says what to install."""
+
+
+class TrackerStateError(TensorTrackerError, RuntimeError):
+    """The call cannot work in the object's current state; the message says what to do."""

@@ -25,7 +25,12 @@ from .._validate import (
     check_int,
     check_type,
 )
-from ..errors import ArgumentTypeError, ArgumentValueError, MemoryBudgetError
+from ..errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    MemoryBudgetError,
+    TrackerStateError,
+)
 from .grad_hooks import Gather, Tap, handle_is_dead, in_backward, unrecordable
 from .memo import RecentTensors
 from .records import Kind, Origin, Stash, StashFn, StashValueFn
@@ -657,7 +662,7 @@ class Recorder:
                 if self._compiled:
                     self._forget_compiled_code()
         elif self._unregistered and not self._registrations:
-            raise RuntimeError(
+            raise TrackerStateError(
                 "tensor_tracker: this tracker has no modules to track: unregister() (or a "
                 "MemoryBudgetError) removed them, so `with tracker:` would record nothing. "
                 "Register them again first (tracker.register_all(model)), or start a new "

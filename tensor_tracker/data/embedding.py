@@ -12,6 +12,7 @@ from torch import Tensor
 
 from .._optional import require
 from ..core.records import Stash
+from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
 from .select import (
     ROOT_LABEL,
@@ -84,7 +85,7 @@ def layer_names(stashes: Sequence[Stash], layers: Names) -> list[str]:
     if layers is None:
         names = default_layers(stashes)
         if len(names) < 2:
-            raise ValueError(
+            raise ArgumentValueError(
                 "umap_plot: could not find 2 or more layers with outputs of the same shape; "
                 "pass layers=[...] (module names) or a regex such as layers=r'blocks\\.\\d+$'"
             )
@@ -96,7 +97,9 @@ def layer_names(stashes: Sequence[Stash], layers: Names) -> list[str]:
     names = list(layers)
     bad = next((n for n in names if not isinstance(n, str)), None)
     if bad is not None:
-        raise TypeError(f"layers must be module names (str) or a regex string, found {bad!r}")
+        raise ArgumentTypeError(
+            f"layers must be module names (str) or a regex string, found {bad!r}"
+        )
     return ["" if n == ROOT_LABEL else n for n in names]
 
 
@@ -110,12 +113,12 @@ def layer_rows(
         found = select(stashes, names=[name], grad=grad, step=step, call=call)
         tensor = next((t for t in map(stash_tensor, found) if t is not None), None)
         if tensor is None and any(isinstance(s.first_value, Stats) for s in found):
-            raise ValueError(
+            raise ArgumentValueError(
                 f"umap_plot: layer {display_name(name)!r} holds statistics (stats=), not the "
                 "tensor; track without stats= to keep the full tensors"
             )
         if tensor is None:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"umap_plot: no {what} tensor for layer {display_name(name)!r} at step {step}, "
                 f"call {call}"
                 + (" (was it tracked with grad=True?)" if grad else "")
@@ -123,9 +126,11 @@ def layer_rows(
                 f"{[display_name(n) for n in module_order(stashes)[:6]]}"
             )
         if tensor.is_complex():
-            raise TypeError(f"umap_plot: layer {display_name(name)!r} holds a complex tensor")
+            raise ArgumentTypeError(
+                f"umap_plot: layer {display_name(name)!r} holds a complex tensor"
+            )
         if tensor.dim() == 0:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"umap_plot: layer {display_name(name)!r} holds a single number; choose layers "
                 "whose outputs have a feature dimension, e.g. [batch, seq, features]"
             )
@@ -133,13 +138,13 @@ def layer_rows(
         rows.append(x.reshape(-1, x.shape[-1]))
     sizes = {display_name(n): r.shape[1] for n, r in zip(names, rows)}
     if len(set(sizes.values())) > 1:
-        raise ValueError(
+        raise ArgumentValueError(
             f"umap_plot: the layers' feature sizes differ ({sizes}); choose layers whose "
             "outputs share the last dimension, e.g. the hidden states of every block"
         )
     counts = {display_name(n): r.shape[0] for n, r in zip(names, rows)}
     if len(set(counts.values())) > 1:
-        raise ValueError(
+        raise ArgumentValueError(
             f"umap_plot: the layers have different numbers of tokens (rows) ({counts}); "
             "choose layers that see the same tokens"
         )
@@ -149,7 +154,7 @@ def layer_rows(
 def token_index(tokens: Any, n_rows: int, max_tokens: int) -> Tensor:
     if tokens is None:
         if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+            raise ArgumentValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
         return torch.arange(min(n_rows, max_tokens))
     if isinstance(tokens, slice):
         tokens = range(n_rows)[tokens]
@@ -157,12 +162,14 @@ def token_index(tokens: Any, n_rows: int, max_tokens: int) -> Tensor:
         tokens = [tokens]
     index = torch.as_tensor(list(tokens) if not isinstance(tokens, Tensor) else tokens)
     if index.dtype == torch.bool or index.is_floating_point() or index.dim() != 1:
-        raise TypeError(f"tokens must be row indices (ints), a range or a slice, got {tokens!r}")
+        raise ArgumentTypeError(
+            f"tokens must be row indices (ints), a range or a slice, got {tokens!r}"
+        )
     if index.numel() == 0:
-        raise ValueError("tokens selects no token; give at least one row index")
+        raise ArgumentValueError("tokens selects no token; give at least one row index")
     bad = index[(index < -n_rows) | (index >= n_rows)]
     if bad.numel():
-        raise ValueError(
+        raise ArgumentValueError(
             f"tokens: index {int(bad[0])} is out of range; the layers have {n_rows} tokens "
             "(rows after flattening all dims but the last)"
         )
@@ -177,7 +184,7 @@ def label_tokens(token_labels: Any, index: Tensor, n_rows: int) -> list[str] | N
         return [labels[i] for i in index.tolist()]
     if len(labels) == index.numel():
         return labels
-    raise ValueError(
+    raise ArgumentValueError(
         f"token_labels has {len(labels)} entries; give one per chosen token ({index.numel()}) "
         f"or one per row of the layers ({n_rows})"
     )
@@ -198,7 +205,7 @@ def embed(x: Tensor, method: str, seed: int) -> Tensor:
             y = torch.cat([y, torch.zeros(n, 2 - y.shape[1], dtype=y.dtype)], dim=1)
         return y
     if n < 5:
-        raise ValueError(
+        raise ArgumentValueError(
             f"umap_plot: method='umap' needs at least 5 points (layers x tokens), got {n}; "
             "use more tokens or method='pca'"
         )

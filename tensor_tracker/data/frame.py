@@ -13,7 +13,7 @@ from torch import Tensor
 from .._optional import require
 from ..core.records import Stash
 from ..core.structure import iter_leaves
-from ..errors import NotRecordedError
+from ..errors import ArgumentTypeError, ArgumentValueError, NotRecordedError
 from ..stats import NAMES, Stats, compute, stats_table
 
 if TYPE_CHECKING:
@@ -37,13 +37,15 @@ def _stat_fn(stat: Callable[[Tensor], Any] | str | None) -> Callable[[Tensor], A
         return torch.std
     if isinstance(stat, str):
         if stat not in NAMES:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"to_frame: stat={stat!r} is not a statistic; use one of {list(NAMES)} "
                 "or a function of a tensor"
             )
         return lambda t: compute(t, (stat,))[stat]
     if not callable(stat):
-        raise TypeError(f"to_frame: stat must be a callable or a statistic name, got {stat!r}")
+        raise ArgumentTypeError(
+            f"to_frame: stat must be a callable or a statistic name, got {stat!r}"
+        )
     return stat
 
 

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ArgumentValueError
 from .select import (
     ROOT_LABEL,
     as_stashes,
@@ -37,7 +38,7 @@ def history_rows(
         frame: pandas.DataFrame = source
         missing = [c for c in ("name", "step", "grad") if c not in frame.columns]
         if missing:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"history: the DataFrame lacks column(s) {missing}; pass tracker.to_frame()"
             )
         if stat not in frame.columns:
@@ -46,7 +47,7 @@ def history_rows(
                 for c in frame.columns
                 if c not in ("name", "type", "grad", "call", "step", "kind", "attr", "training")
             ]
-            raise ValueError(
+            raise ArgumentValueError(
                 f"history: stat={stat!r} is not a column of the DataFrame; its statistics: "
                 f"{numeric} (or pass the tracker to compute {stat!r} from its tensors)"
             )
@@ -84,7 +85,9 @@ def history_rows(
     if not modules:
         what = f"{'gradient' if grad else 'forward'} {kind} stashes"
         shown = ", ".join(display_name(n) for n in list(dict.fromkeys(all_names))[:12])
-        raise ValueError(f"history: no {what} match names={names!r}; recorded modules: {shown}")
+        raise ArgumentValueError(
+            f"history: no {what} match names={names!r}; recorded modules: {shown}"
+        )
     chosen_rows = [r for r in rows if r[0] in set(modules)]
     return (
         [r[0] for r in chosen_rows],

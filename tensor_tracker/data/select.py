@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ..core.records import Stash
 from ..core.tracker import Recorder
+from ..errors import ArgumentTypeError
 
 __all__ = [
     "ROOT_LABEL",
@@ -43,14 +44,14 @@ def as_stashes(source: Any, argument: str) -> list[Stash]:
     if isinstance(source, Recorder):
         return list(source)
     if isinstance(source, (str, bytes, Tensor)) or not isinstance(source, Iterable):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{argument} must be a Tracker (from `with track(model) as t:`), a Stash, or a "
             f"list of Stash; got {type(source).__name__}"
         )
     stashes = list(source)
     bad = next((s for s in stashes if not isinstance(s, Stash)), None)
     if bad is not None:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{argument} must hold Stash objects (e.g. list(tracker)), found a {type(bad).__name__}"
         )
     return stashes
@@ -127,7 +128,7 @@ def name_filter(
     wanted = list(names)
     bad = next((n for n in wanted if not isinstance(n, str)), None)
     if bad is not None:
-        raise TypeError(f"{argument} must be module names (str), found {bad!r}")
+        raise ArgumentTypeError(f"{argument} must be module names (str), found {bad!r}")
     exact = {"" if n == ROOT_LABEL else n for n in wanted}
     return lambda name: name in exact
 

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from ..core.records import Stash
+from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import NAMES, Stats, parse, stats_table
 from .select import (
     display_name,
@@ -50,7 +51,9 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
     """`stat` of each stash as a float (NaN where the stash holds no tensor): read from
     `stats=` stashes, or computed on each tensor's device; one batched read either way."""
     if not isinstance(stat, str):
-        raise TypeError(f"{argument} must be a statistic name (str), got {type(stat).__name__}")
+        raise ArgumentTypeError(
+            f"{argument} must be a statistic name (str), got {type(stat).__name__}"
+        )
     recorded: list[tuple[int, Stats]] = []
     computed: list[tuple[int, Stats]] = []
     fn = None
@@ -58,7 +61,7 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
         value = s.first_value
         if isinstance(value, Stats):
             if stat not in value:
-                raise ValueError(
+                raise ArgumentValueError(
                     f"{argument}={stat!r} was not recorded for {stash_label(s)}; recorded "
                     f"statistics: {list(value.names)}. Pick one of those, or track with "
                     f"stats=[..., {stat!r}]"
@@ -69,7 +72,7 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
                 try:
                     fn = parse([stat])
                 except (ValueError, TypeError) as error:
-                    raise ValueError(
+                    raise ArgumentValueError(
                         f"{argument}={stat!r} is not a statistic of tensor_tracker.stats "
                         f"({error}); choose one of {list(NAMES)}"
                     ) from None
@@ -80,7 +83,7 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
         column = stats_table([p[1] for p in pairs])[stat]
         for (i, _), v in zip(pairs, column):
             if isinstance(v, list):
-                raise ValueError(
+                raise ArgumentValueError(
                     f"{argument}={stat!r} is a histogram; choose a scalar statistic such as "
                     "'rms' (see histogram_heatmap for histograms)"
                 )
@@ -103,16 +106,18 @@ def mean_by(keys: Sequence[Any], values: Sequence[float]) -> dict[Any, float]:
     return {k: (a / n if n else math.nan) for k, (a, n) in sums.items()}
 
 
-def empty_error(function: str, argument: str) -> ValueError:
-    return ValueError(
+def empty_error(function: str, argument: str) -> ArgumentValueError:
+    """The error for a figure or table asked of no stashes."""
+    return ArgumentValueError(
         f"{function}: {argument} holds no stashes; record some first, e.g. "
         "`with tensor_tracker.track(model) as t: model(x).sum().backward()`"
     )
 
 
-def nothing_selected(function: str, criteria: str, stashes: Sequence[Stash]) -> ValueError:
+def nothing_selected(function: str, criteria: str, stashes: Sequence[Stash]) -> ArgumentValueError:
+    """The error for a selection that matches no stash; it lists what was recorded."""
     names = ", ".join(display_name(n) for n in module_order(stashes)[:12])
-    return ValueError(
+    return ArgumentValueError(
         f"{function}: no stash matches {criteria}; recorded modules: {names}"
         + (" ..." if len(module_order(stashes)) > 12 else "")
     )
@@ -140,7 +145,7 @@ class Series:
 
 def float_values(tensor: Tensor, label: str) -> Tensor:
     if tensor.is_complex():
-        raise TypeError(
+        raise ArgumentTypeError(
             f"histogram: {label} is a complex tensor; pass tensor.real, tensor.imag or "
             "tensor.abs() instead"
         )
@@ -206,9 +211,9 @@ def check_range(range: Any) -> tuple[float, float] | None:
     try:
         lo, hi = (float(v) for v in range)
     except (TypeError, ValueError):
-        raise ValueError(f"range must be None or (lo, hi), got {range!r}") from None
+        raise ArgumentValueError(f"range must be None or (lo, hi), got {range!r}") from None
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise ValueError(f"range must be (lo, hi) with finite lo < hi, got {range!r}")
+        raise ArgumentValueError(f"range must be (lo, hi) with finite lo < hi, got {range!r}")
     return lo, hi
 
 
@@ -235,7 +240,7 @@ def recorded_series(
     for s, st in zip(stashes, stats_list):
         if stat not in st.layout.histograms:
             held = list(st.layout.histograms)
-            raise ValueError(
+            raise ArgumentValueError(
                 f"histogram: {stash_label(s)} holds statistics without a histogram named "
                 f"{stat!r} (histograms: {held or 'none'}); track with "
                 "stats=[..., tensor_tracker.stats.histogram()], or without stats= to keep tensors"
@@ -243,11 +248,11 @@ def recorded_series(
     edges = stats_list[0].edges(stat)
     recorded_log2 = stats_list[0].is_log2(stat)
     if any(st.edges(stat) != edges or st.is_log2(stat) != recorded_log2 for st in stats_list):
-        raise ValueError(
+        raise ArgumentValueError(
             "histogram: the recorded histograms have different bins; plot them one at a time"
         )
     if log2 is not None and log2 != recorded_log2:
-        raise ValueError(
+        raise ArgumentValueError(
             f"histogram: log2={log2} but the recorded histogram {stat!r} was binned with "
             f"log2={recorded_log2}; leave log2=None for recorded histograms"
         )

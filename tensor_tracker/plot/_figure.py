@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._optional import require
+from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats.formats import FORMATS, Format
 
 if TYPE_CHECKING:
@@ -81,10 +82,10 @@ def new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axe
 
 def root_figure(ax: Any) -> Figure:
     if not hasattr(ax, "get_figure"):
-        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+        raise ArgumentTypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
     fig = ax.get_figure(root=True)
     if fig is None:
-        raise ValueError("ax must belong to a figure (create it with fig.add_subplot())")
+        raise ArgumentValueError("ax must belong to a figure (create it with fig.add_subplot())")
     return fig  # type: ignore[no-any-return]
 
 
@@ -93,7 +94,7 @@ def format_list(formats: Sequence[str]) -> list[Format]:
         formats = (formats,)
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
-        raise ValueError(
+        raise ArgumentValueError(
             f"formats: unknown format(s) {unknown}; known: {list(FORMATS)} (or () for none)"
         )
     return [FORMATS[f] for f in formats]

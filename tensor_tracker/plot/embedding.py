@@ -15,6 +15,7 @@ from ..data.select import (
     display_name,
     select,
 )
+from ..errors import ArgumentTypeError, ArgumentValueError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -147,13 +148,15 @@ def umap_plot(
     check_choice(method, "method", ("umap", "pca"))
     check_choice(grad, "grad", (False, True, "both"))
     if not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        raise ArgumentTypeError(f"seed must be an int, got {type(seed).__name__}")
     outputs = select(stashes, kind="output")
     if not outputs:
-        raise ValueError("umap_plot: no module outputs recorded (track with capture='outputs')")
+        raise ArgumentValueError(
+            "umap_plot: no module outputs recorded (track with capture='outputs')"
+        )
     names = layer_names(outputs, layers)
     if len(names) < 2:
-        raise ValueError(
+        raise ArgumentValueError(
             f"umap_plot: needs at least 2 layers to draw paths through, got {len(names)} "
             f"({[display_name(n) for n in names]}); choose more layers="
         )
@@ -163,7 +166,7 @@ def umap_plot(
     data = [layer_rows(outputs, names, g, step, call) for g in panels]
     n_rows = data[0][0].shape[0]
     if any(rows[0].shape[0] != n_rows for rows in data):
-        raise ValueError("umap_plot: activations and gradients have different token counts")
+        raise ArgumentValueError("umap_plot: activations and gradients have different token counts")
     index = token_index(tokens, n_rows, max_tokens)
     labels = label_tokens(token_labels, index, n_rows)
     embedded = []
@@ -173,7 +176,7 @@ def umap_plot(
             bad = [
                 display_name(n) for n, r in zip(names, rows) if not torch.isfinite(r[index]).all()
             ]
-            raise ValueError(
+            raise ArgumentValueError(
                 f"umap_plot: the {'gradients' if g else 'activations'} of {bad} hold NaN or "
                 "inf values, which cannot be embedded; choose other layers or tokens"
             )
@@ -185,7 +188,9 @@ def umap_plot(
     else:
         axes = list(ax) if isinstance(ax, Sequence) else [ax]
         if len(axes) != len(panels):
-            raise ValueError(f"ax: grad={grad!r} draws {len(panels)} panel(s); give as many axes")
+            raise ArgumentValueError(
+                f"ax: grad={grad!r} draws {len(panels)} panel(s); give as many axes"
+            )
         fig = root_figure(axes[0])
     colors = require("matplotlib.colors", "plot")
     cm = require("matplotlib.cm", "plot")

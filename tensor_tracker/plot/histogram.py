@@ -13,6 +13,7 @@ from ..core.records import Stash
 from ..data.select import (
     as_stashes,
 )
+from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
 
 if TYPE_CHECKING:
@@ -94,12 +95,12 @@ def histogram(
         tensors = [s.first_value for s in items]
         default_labels = series_labels(items)
     if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
-        raise ValueError(f"bins must be a positive int, got {bins!r}")
+        raise ArgumentValueError(f"bins must be a positive int, got {bins!r}")
     span = check_range(range)
     if labels is not None:
         labels = [str(label) for label in labels]
         if len(labels) != len(tensors):
-            raise ValueError(
+            raise ArgumentValueError(
                 f"labels has {len(labels)} entries for {len(tensors)} stashes; give one per stash"
             )
     names = list(labels) if labels is not None else default_labels
@@ -107,12 +108,12 @@ def histogram(
     n_stats = sum(isinstance(v, Stats) for v in tensors)
     for name, value in zip(names, tensors):
         if not isinstance(value, (Tensor, Stats)):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"histogram: {name} holds a {type(value).__name__}, not a tensor; plot stashes "
                 "recorded with the default copy (or stats=[tensor_tracker.stats.histogram()])"
             )
     if 0 < n_stats < len(tensors):
-        raise ValueError(
+        raise ArgumentValueError(
             "histogram: stashes mix tensors and recorded statistics; plot them separately"
         )
     if n_stats:
@@ -120,13 +121,13 @@ def histogram(
         edges = list(edges_t)
         if not any(s.shown for s in series):
             detail = "; ".join(s.legend() for s in series)
-            raise ValueError(f"histogram: no value falls in the recorded bins ({detail})")
+            raise ArgumentValueError(f"histogram: no value falls in the recorded bins ({detail})")
     else:
         log2 = bool(log2)
         series = [tensor_series(t, n, log2) for t, n in zip(tensors, names)]
         if not any(s.finite for s in series):
             detail = "; ".join(s.legend() for s in series)
-            raise ValueError(
+            raise ArgumentValueError(
                 f"histogram: nothing to plot, no finite{' nonzero' if log2 else ''} values "
                 f"({detail})" + (" ; try log2=False" if log2 else "")
             )

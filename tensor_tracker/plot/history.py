@@ -16,6 +16,7 @@ from ..data.select import (
     select,
     stash_label,
 )
+from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def history(
         )[0]
         handles.append(line)
     if all(math.isnan(v) for v in everything):
-        raise ValueError(
+        raise ArgumentValueError(
             f"history: every {stat} value is zero, NaN or infinite, so there is nothing to draw "
             "on a log scale; try another stat= such as 'abs_max'"
         )
@@ -165,7 +166,7 @@ def histogram_heatmap(
     if not stashes:
         raise empty_error("histogram_heatmap", "tracker")
     if not isinstance(name, str):
-        raise TypeError(f"name must be a module name (str), got {type(name).__name__}")
+        raise ArgumentTypeError(f"name must be a module name (str), got {type(name).__name__}")
     chosen = select(stashes, names=[name], grad=grad, kind=kind)
     chosen = [s for s in chosen if isinstance(s.first_value, (Tensor, Stats))]
     if not chosen:
@@ -180,7 +181,9 @@ def histogram_heatmap(
     missing: dict[str, float] = {}
     if recorded:
         if len(recorded) < len(chosen):
-            raise ValueError("histogram_heatmap: the module's stashes mix tensors and statistics")
+            raise ArgumentValueError(
+                "histogram_heatmap: the module's stashes mix tensors and statistics"
+            )
         stats_list: list[Stats] = [s.first_value for s in recorded]
         labels = [stash_label(s) for s in recorded]
         series, edges_t, log2_used = recorded_series(recorded, stats_list, labels, stat, None)
@@ -192,7 +195,7 @@ def histogram_heatmap(
                 missing[what] = missing.get(what, 0) + n
     else:
         if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
-            raise ValueError(f"bins must be a positive int, got {bins!r}")
+            raise ArgumentValueError(f"bins must be a positive int, got {bins!r}")
         log2_used = True if log2 is None else bool(log2)
         per_step: dict[int, list[Series]] = {}
         for s in chosen:
@@ -201,7 +204,7 @@ def histogram_heatmap(
         everything = [ser for group in per_step.values() for ser in group]
         span = check_range(range)
         if not any(ser.finite for ser in everything):
-            raise ValueError(
+            raise ArgumentValueError(
                 f"histogram_heatmap: {display_name(name)!r} has no finite"
                 f"{' nonzero' if log2_used else ''} values at any step"
             )
@@ -215,7 +218,7 @@ def histogram_heatmap(
                 for what, n in ser.missing.items():
                     missing[what] = missing.get(what, 0) + n
     if float(counts.sum()) == 0:
-        raise ValueError(
+        raise ArgumentValueError(
             f"histogram_heatmap: no value of {display_name(name)!r} falls in the bins "
             f"(not shown: {missing})"
         )

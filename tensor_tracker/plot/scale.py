@@ -12,6 +12,7 @@ from ..data.select import (
     module_order,
     select,
 )
+from ..errors import ArgumentValueError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -79,13 +80,13 @@ def scale_plot(
     chosen = select(stashes, kind=kind)
     if not chosen:
         kinds = sorted({s.kind for s in stashes})
-        raise ValueError(f"scale_plot: no stash of kind={kind!r}; recorded kinds: {kinds}")
+        raise ArgumentValueError(f"scale_plot: no stash of kind={kind!r}; recorded kinds: {kinds}")
     if step is None:
         step = last_step(chosen)
     chosen = select(chosen, kind=None, step=step)
     if not chosen:
         steps = sorted({s.step for s in select(stashes, kind=kind)})
-        raise ValueError(f"scale_plot: no stash at step={step}; recorded steps: {steps}")
+        raise ArgumentValueError(f"scale_plot: no stash at step={step}; recorded steps: {steps}")
     fmts = format_list(formats)
     values = stat_values(chosen, stat)
     order = module_order(chosen)
@@ -94,7 +95,7 @@ def scale_plot(
     bwd = log2_abs([means.get((n, True), math.nan) for n in order])
     has_grad = any(s.grad for s in chosen)
     if all(math.isnan(v) for v in fwd + bwd):
-        raise ValueError(
+        raise ArgumentValueError(
             f"scale_plot: every {stat} value is zero, NaN or infinite (or no stash holds a "
             "tensor), so there is no scale to plot; try another stat= such as 'abs_max'"
         )

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from ..core.memo import LastTensorMemo
+from ..errors import ArgumentValueError, TrackerStateError
 from .binning import HistogramFn, add_hist_derivers
 from .builtin import plan
 from .kernels import F64, NAN, Core, compute_dtype, flat, host_tensor
@@ -31,7 +32,7 @@ class _CustomFn:
         result = self.fn(x)
         if isinstance(result, Tensor):
             if result.numel() != 1:
-                raise ValueError(
+                raise ArgumentValueError(
                     f"statistic {self.name!r} returned a tensor of shape {tuple(result.shape)}; "
                     "it must return a single number"
                 )
@@ -41,7 +42,7 @@ class _CustomFn:
 
 
 def _not_recomputable(tensor: Tensor) -> Tensor:
-    raise RuntimeError(
+    raise TrackerStateError(
         "this StatsFn was rebuilt from pickled statistics to read them; its custom "
         "statistics' functions were not saved"
     )
@@ -107,7 +108,7 @@ class StatsFn:
     def __init__(self, spec: Spec = True, *, compile: bool = False) -> None:
         items = parse_items(spec)
         if not items:
-            raise ValueError(
+            raise ArgumentValueError(
                 "stats=: no statistics asked for; pass True for the default set "
                 f"({', '.join(DEFAULT)}) or a list of names"
             )
@@ -116,7 +117,9 @@ class StatsFn:
             names.extend(item.names if isinstance(item, Histogram) else [item_name(item)])
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"stats=: statistic names must be unique; repeated: {duplicates}")
+            raise ArgumentValueError(
+                f"stats=: statistic names must be unique; repeated: {duplicates}"
+            )
 
         core, derivers, empty = plan({i for i in items if isinstance(i, str)})
         customs: list[_CustomFn] = []

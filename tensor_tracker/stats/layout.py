@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..errors import NotRecordedError
 from .kernels import F64
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class Layout:
     def _derive(self, name: str) -> Derive:
         derive = self._derivers.get(name)
         if derive is None:
-            raise KeyError(
+            raise NotRecordedError(
                 f"{name!r} is not among these statistics; available: {', '.join(self._names)}"
             )
         return derive

@@ -9,6 +9,7 @@ from typing import Any, TypeAlias
 
 from torch import Tensor
 
+from ..errors import ArgumentTypeError, ArgumentValueError
 from .builtin import BUILTINS, FORMAT_NAMES
 
 __all__ = [
@@ -63,9 +64,13 @@ class Statistic:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"a statistic's name must be a non-empty str, got {self.name!r}")
+            raise ArgumentValueError(
+                f"a statistic's name must be a non-empty str, got {self.name!r}"
+            )
         if not callable(self.fn):
-            raise TypeError(f"statistic {self.name!r}: fn must be callable, got {self.fn!r}")
+            raise ArgumentTypeError(
+                f"statistic {self.name!r}: fn must be callable, got {self.fn!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +104,7 @@ class Histogram:
 
     def __post_init__(self) -> None:
         if not isinstance(self.bins, int) or isinstance(self.bins, bool) or self.bins < 1:
-            raise ValueError(f"histogram(bins=...) must be an int >= 1, got {self.bins!r}")
+            raise ArgumentValueError(f"histogram(bins=...) must be an int >= 1, got {self.bins!r}")
         rng = self.range
         if (
             not isinstance(rng, (tuple, list))
@@ -108,7 +113,7 @@ class Histogram:
             or not all(math.isfinite(v) for v in rng)
             or not rng[0] < rng[1]
         ):
-            raise ValueError(
+            raise ArgumentValueError(
                 f"histogram(range=...) must be (lo, hi) with finite lo < hi, got {rng!r}"
             )
         object.__setattr__(self, "range", (float(rng[0]), float(rng[1])))
@@ -117,7 +122,7 @@ class Histogram:
             or isinstance(self.sample_n, bool)
             or self.sample_n < 1
         ):
-            raise ValueError(
+            raise ArgumentValueError(
                 f"histogram(sample_n=...) must be a positive int or None, got {self.sample_n!r}"
             )
         if self.reject_sigma is not None and (
@@ -125,14 +130,16 @@ class Histogram:
             or isinstance(self.reject_sigma, bool)
             or not (0 < self.reject_sigma < _INF)
         ):
-            raise ValueError(
+            raise ArgumentValueError(
                 "histogram(reject_sigma=...) must be a positive number or None, "
                 f"got {self.reject_sigma!r}"
             )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"histogram(seed=...) must be an int, got {self.seed!r}")
+            raise ArgumentValueError(f"histogram(seed=...) must be an int, got {self.seed!r}")
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"histogram(name=...) must be a non-empty str, got {self.name!r}")
+            raise ArgumentValueError(
+                f"histogram(name=...) must be a non-empty str, got {self.name!r}"
+            )
 
     @property
     def edges(self) -> tuple[float, ...]:
@@ -231,7 +238,7 @@ def _bad_name_message(name: object, extra: str = "") -> str:
 
 def parse_items(spec: object) -> list[str | Statistic | Histogram]:
     if spec is None or spec is False:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"stats={spec!r} means 'no statistics'; parse() needs something to compute: "
             "True (the default set), a name, or a list of names / ('name', fn) pairs"
         )
@@ -242,7 +249,7 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram]:
     if isinstance(spec, Mapping):
         return [Statistic(name, fn) for name, fn in spec.items()]
     if not isinstance(spec, Sequence):
-        raise TypeError(
+        raise ArgumentTypeError(
             "stats= must be True, a statistic name, a sequence of names / named functions / "
             f'("name", fn) pairs / histogram(...), or a {{"name": fn}} mapping; got {spec!r}'
         )
@@ -253,24 +260,24 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram]:
     for item in spec:
         if isinstance(item, str):
             if item not in NAMES:
-                raise ValueError(_bad_name_message(item, hint))
+                raise ArgumentValueError(_bad_name_message(item, hint))
             items.append(item)
         elif isinstance(item, (Statistic, Histogram)):
             items.append(item)
         elif isinstance(item, tuple):
             if len(item) != 2 or not isinstance(item[0], str) or not callable(item[1]):
-                raise ValueError(f'stats=: expected a ("name", fn) pair, got {item!r}')
+                raise ArgumentValueError(f'stats=: expected a ("name", fn) pair, got {item!r}')
             items.append(Statistic(item[0], item[1]))
         elif callable(item):
             name = getattr(item, "__name__", None)
             if not isinstance(name, str) or not name.isidentifier():
-                raise ValueError(
+                raise ArgumentValueError(
                     f"stats=: cannot name the function {item!r}; pass it as a "
                     '("name", fn) pair, e.g. stats=[("l1", lambda t: t.abs().sum())]'
                 )
             items.append(Statistic(name, item))
         else:
-            raise ValueError(_bad_name_message(item))
+            raise ArgumentValueError(_bad_name_message(item))
     return items
 
 

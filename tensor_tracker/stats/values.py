@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import NotRecordedError
 from .kernels import F64, host_tensor
 from .layout import Layout
 from .spec import Histogram
@@ -130,7 +131,7 @@ class Stats:
         hist = self.layout.histograms.get(name)
         if hist is None:
             held = ", ".join(self.layout.histograms) or "none"
-            raise KeyError(f"{name!r} is not a histogram here; histograms: {held}")
+            raise NotRecordedError(f"{name!r} is not a histogram here; histograms: {held}")
         return hist
 
     def __repr__(self) -> str:

@@ -11,6 +11,7 @@ from .. import plot
 from ..data.select import (
     select,
 )
+from ..errors import ArgumentValueError
 
 if TYPE_CHECKING:
     import ipywidgets
@@ -103,7 +104,9 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
     def draw() -> Figure:
         layers = list(c["layers"].value)
         if len(layers) < 2:
-            raise ValueError("Select at least 2 layers (ctrl/shift-click) to draw token paths.")
+            raise ArgumentValueError(
+                "Select at least 2 layers (ctrl/shift-click) to draw token paths."
+            )
         lo, hi = c["tokens"].value
         return plot.umap_plot(
             stashes,

@@ -13,6 +13,7 @@ from ..data.select import (
     module_order,
     stash_label,
 )
+from ..errors import ArgumentValueError
 from ..stats import Stats
 
 if TYPE_CHECKING:
@@ -143,7 +144,7 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
     def draw() -> Figure:
         pattern = c["filter"].value
         if c["module"].value is None:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"No module matches the filter {pattern!r}. Clear it, or try part of one of: "
                 + ", ".join(display_name(n) for n in names[:10])
             )
@@ -160,7 +161,7 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
         ]
         if not chosen:
             what = "gradient" if grad else "forward value"
-            raise ValueError(
+            raise ArgumentValueError(
                 f"No {what} recorded for {display_name(c['module'].value)} ({kind}"
                 + (f" {attr}" if attr else "")
                 + ")"

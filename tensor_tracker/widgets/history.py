@@ -9,6 +9,7 @@ from ..data.select import (
     module_order,
     select,
 )
+from ..errors import ArgumentValueError
 
 if TYPE_CHECKING:
     import ipywidgets
@@ -92,9 +93,9 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     def draw_history() -> Figure:
         modules = list(c["modules"].value)
         if not modules:
-            raise ValueError("Select one or more modules (ctrl/shift-click).")
+            raise ArgumentValueError("Select one or more modules (ctrl/shift-click).")
         if c["stat"].value is None:
-            raise ValueError("No statistic is available for these stashes.")
+            raise ArgumentValueError("No statistic is available for these stashes.")
         return plot.history(stashes, stat=c["stat"].value, names=modules, grad=c["grad"].value)
 
     def draw_heatmap() -> Figure:
