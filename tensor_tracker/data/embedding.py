@@ -136,13 +136,13 @@ def layer_rows(
             )
         x = tensor.detach().to("cpu", torch.float64)
         rows.append(x.reshape(-1, x.shape[-1]))
-    sizes = {display_name(n): r.shape[1] for n, r in zip(names, rows)}
+    sizes = {display_name(n): r.shape[1] for n, r in zip(names, rows, strict=True)}
     if len(set(sizes.values())) > 1:
         raise ArgumentValueError(
             f"umap_plot: the layers' feature sizes differ ({sizes}); choose layers whose "
             "outputs share the last dimension, e.g. the hidden states of every block"
         )
-    counts = {display_name(n): r.shape[0] for n, r in zip(names, rows)}
+    counts = {display_name(n): r.shape[0] for n, r in zip(names, rows, strict=True)}
     if len(set(counts.values())) > 1:
         raise ArgumentValueError(
             f"umap_plot: the layers have different numbers of tokens (rows) ({counts}); "

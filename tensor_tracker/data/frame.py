@@ -72,7 +72,7 @@ def _tensor_stats(fn: Callable[[Tensor], Any], values: Sequence[Any]) -> list[fl
             elif isinstance(result, (int, float)):
                 out[i] = float(result)
     for rows, tensors in pending.values():
-        for i, v in zip(rows, torch.stack(tensors).to("cpu", torch.float64).tolist()):
+        for i, v in zip(rows, torch.stack(tensors).to("cpu", torch.float64).tolist(), strict=True):
             out[i] = v
     return out
 
@@ -134,7 +134,7 @@ def to_frame(
         table = {stat_name or wanted: table[wanted]}
     for column, values in table.items():
         full: list[Any] = [math.nan] * n
-        for i, v in zip(stats_rows, values):
+        for i, v in zip(stats_rows, values, strict=True):
             full[i] = v
         columns[column] = full
     firsts = [s.first_value for s in stashes]

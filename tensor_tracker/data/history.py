@@ -61,6 +61,7 @@ def history_rows(
                 frame["grad"].tolist(),
                 keep_kind,
                 frame[stat].tolist(),
+                strict=True,
             )
             if bool(g) == grad and k == kind
         ]
@@ -71,7 +72,7 @@ def history_rows(
             raise empty_error("history", "tracker_or_frame")
         chosen = select(stashes, grad=grad, kind=kind)
         values = stat_values(chosen, stat)
-        rows = [(s.name, s.step, v) for s, v in zip(chosen, values)]
+        rows = [(s.name, s.step, v) for s, v in zip(chosen, values, strict=True)]
         order = module_order(stashes)
         all_names = order
     if not all_names:

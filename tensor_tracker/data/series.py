@@ -81,7 +81,7 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
     pairs = recorded + computed
     if pairs:
         column = stats_table([p[1] for p in pairs])[stat]
-        for (i, _), v in zip(pairs, column):
+        for (i, _), v in zip(pairs, column, strict=True):
             if isinstance(v, list):
                 raise ArgumentValueError(
                     f"{argument}={stat!r} is a histogram; choose a scalar statistic such as "
@@ -98,7 +98,7 @@ def last_step(stashes: Sequence[Stash]) -> int:
 def mean_by(keys: Sequence[Any], values: Sequence[float]) -> dict[Any, float]:
     """Mean of the non-NaN values per key (NaN if there are none)."""
     sums: dict[Any, list[float]] = {}
-    for k, v in zip(keys, values):
+    for k, v in zip(keys, values, strict=True):
         acc = sums.setdefault(k, [0.0, 0.0])
         if not math.isnan(v):
             acc[0] += v
@@ -221,12 +221,12 @@ def series_labels(stashes: Sequence[Stash]) -> list[str]:
     keys = [(s.name, s.grad, s.kind, s.attr) for s in stashes]
     steps: dict[tuple[Any, ...], set[int]] = {}
     calls: dict[tuple[Any, ...], set[tuple[int, int]]] = {}
-    for s, k in zip(stashes, keys):
+    for s, k in zip(stashes, keys, strict=True):
         steps.setdefault(k, set()).add(s.step)
         calls.setdefault(k, set()).add((s.step, s.call))
     return [
         stash_label(s, step=len(steps[k]) > 1, call=len(calls[k]) > len(steps[k]))
-        for s, k in zip(stashes, keys)
+        for s, k in zip(stashes, keys, strict=True)
     ]
 
 
@@ -237,7 +237,7 @@ def recorded_series(
     stat: str,
     log2: bool | None,
 ) -> tuple[list[Series], tuple[float, ...], bool]:
-    for s, st in zip(stashes, stats_list):
+    for s, st in zip(stashes, stats_list, strict=True):
         if stat not in st.layout.histograms:
             held = list(st.layout.histograms)
             raise ArgumentValueError(

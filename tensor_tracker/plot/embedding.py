@@ -67,7 +67,7 @@ def draw_paths(
         edgecolors="none",
     )
     if labels is not None:
-        for (x, y), text in zip(points[-1].tolist(), labels):
+        for (x, y), text in zip(points[-1].tolist(), labels, strict=True):
             ax.annotate(
                 text,
                 (x, y),
@@ -170,11 +170,13 @@ def umap_plot(
     index = token_index(tokens, n_rows, max_tokens)
     labels = label_tokens(token_labels, index, n_rows)
     embedded = []
-    for g, rows in zip(panels, data):
+    for g, rows in zip(panels, data, strict=True):
         x = torch.cat([r[index] for r in rows])
         if not torch.isfinite(x).all():
             bad = [
-                display_name(n) for n, r in zip(names, rows) if not torch.isfinite(r[index]).all()
+                display_name(n)
+                for n, r in zip(names, rows, strict=True)
+                if not torch.isfinite(r[index]).all()
             ]
             raise ArgumentValueError(
                 f"umap_plot: the {'gradients' if g else 'activations'} of {bad} hold NaN or "
@@ -197,7 +199,7 @@ def umap_plot(
     cmap = require("matplotlib", "plot").colormaps["viridis"]
     norm = colors.Normalize(0, max(len(names) - 1, 1))
     axis = "UMAP" if method == "umap" else "PC"
-    for a, g, points in zip(axes, panels, embedded):
+    for a, g, points in zip(axes, panels, embedded, strict=True):
         what = "gradients" if g else "activations"
         title = f"{axis} of {what}: {index.numel()} tokens x {len(names)} layers (step {step})"
         draw_paths(a, points, labels, cmap, norm, title, axis)

@@ -106,7 +106,7 @@ def histogram(
     names = list(labels) if labels is not None else default_labels
 
     n_stats = sum(isinstance(v, Stats) for v in tensors)
-    for name, value in zip(names, tensors):
+    for name, value in zip(names, tensors, strict=True):
         if not isinstance(value, (Tensor, Stats)):
             raise ArgumentTypeError(
                 f"histogram: {name} holds a {type(value).__name__}, not a tensor; plot stashes "
@@ -124,7 +124,7 @@ def histogram(
             raise ArgumentValueError(f"histogram: no value falls in the recorded bins ({detail})")
     else:
         log2 = bool(log2)
-        series = [tensor_series(t, n, log2) for t, n in zip(tensors, names)]
+        series = [tensor_series(t, n, log2) for t, n in zip(tensors, names, strict=True)]
         if not any(s.finite for s in series):
             detail = "; ".join(s.legend() for s in series)
             raise ArgumentValueError(

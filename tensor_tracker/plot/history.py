@@ -87,7 +87,7 @@ def history(
     """
     row_names, steps, values, modules = history_rows(tracker_or_frame, stat, names, grad, kind)
     fmts = format_list(formats)
-    means = mean_by(list(zip(row_names, steps)), values)
+    means = mean_by(list(zip(row_names, steps, strict=True)), values)
     fig, ax = new_axes(ax, (8.0, 4.5))
     handles = []
     everything: list[float] = []
@@ -189,7 +189,7 @@ def histogram_heatmap(
         series, edges_t, log2_used = recorded_series(recorded, stats_list, labels, stat, None)
         edges = list(edges_t)
         counts = torch.zeros(len(steps), len(edges) - 1, dtype=torch.float64)
-        for s, ser in zip(recorded, series):
+        for s, ser in zip(recorded, series, strict=True):
             counts[position[s.step]] += torch.tensor(ser.counts, dtype=torch.float64)
             for what, n in ser.missing.items():
                 missing[what] = missing.get(what, 0) + n

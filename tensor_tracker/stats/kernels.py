@@ -129,7 +129,7 @@ def flat(x: Tensor) -> Tensor:
     if x.is_contiguous():
         return x.view(-1)
     expected = 1
-    for stride, size in sorted(zip(x.stride(), x.shape)):
+    for stride, size in sorted(zip(x.stride(), x.shape, strict=True)):
         if size != 1:
             if stride != expected:
                 return x.contiguous().view(-1)

@@ -71,7 +71,7 @@ def stats_table(stats: Sequence[Stats]) -> dict[str, list[Any]]:
                     col = listed.get(name)
                     if col is None:
                         col = listed[name] = [NAN] * total
-                    for r, v in zip(rows, values.tolist()):
+                    for r, v in zip(rows, values.tolist(), strict=True):
                         col[r] = v
                 elif index is None:
                     scalar[name] = values

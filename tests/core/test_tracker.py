@@ -266,7 +266,7 @@ def test_transformer_encoder_bitwise_identical() -> None:
     out_b, grads_b = run_encoder(tracked=True)
     assert torch.equal(out_a, out_b)
     assert len(grads_a) == len(grads_b) > 0
-    assert all(torch.equal(a, b) for a, b in zip(grads_a, grads_b))
+    assert all(torch.equal(a, b) for a, b in zip(grads_a, grads_b, strict=True))
 
 
 @pytest.mark.parametrize("tracked_kwargs", [{}, {"stats": True}, {"capture": ("inputs", "params")}])

@@ -88,7 +88,7 @@ def test_parameter_gradients_whatever_zero_grad_order(order: str) -> None:
             t.step()
     grads = [s.value[0] for s in t if s.grad and s.attr == "weight"]
     assert len(grads) == 3
-    assert all(torch.equal(g, e) for g, e in zip(grads, expected))
+    assert all(torch.equal(g, e) for g, e in zip(grads, expected, strict=True))
     values = [s for s in t if not s.grad and s.attr == "weight"]
     assert [s.step for s in values] == [0, 1, 2] and values[0].kind == "param"
 
