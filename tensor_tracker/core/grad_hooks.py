@@ -146,19 +146,15 @@ def _slice_like_view(grad: Tensor, geometry: tuple[Any, ...] | None) -> Tensor:
     if dtype != grad.dtype:
         # A view that reinterprets the base's dtype (torch.view_as_real, Tensor.view(dtype)):
         # offsets are counted in elements of each tensor's own dtype.
+        base_itemsize = grad.element_size()
         if grad.is_complex() and not dtype.is_complex:
             grad = torch.view_as_real(grad)
         elif dtype.is_complex and not grad.is_complex():
             grad = torch.view_as_complex(grad)
         else:
             grad = grad.view(dtype)
-        ratio = torch.empty((), dtype=grad.dtype).element_size() / _itemsize(dtype)
-        base_offset = int(base_offset * ratio) if ratio >= 1 else math.floor(base_offset * ratio)
+        base_offset = base_offset * base_itemsize // grad.element_size()
     return grad.as_strided(size, stride, grad.storage_offset() + offset - base_offset)
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 class Gather:

@@ -21,11 +21,11 @@ Example:
 """
 
 from ..data.embedding import MAX_TOKENS, default_layers
+from ._embedding import umap_plot
 from ._figure import DEFAULT_FORMATS
-from .embedding import umap_plot
-from .histogram import histogram
-from .history import histogram_heatmap, history
-from .scale import scale_plot
+from ._histogram import histogram
+from ._history import histogram_heatmap, history
+from ._scale import scale_plot
 
 __all__ = [
     "DEFAULT_FORMATS",

@@ -24,9 +24,9 @@ Example:
     >>> viewer = widgets.histogram_viewer(t)  # or as the last line of a cell, to show it
 """
 
-from .embedding import umap_viewer
-from .histogram import histogram_viewer
-from .history import history_viewer
-from .scale import scale_viewer
+from ._embedding import umap_viewer
+from ._histogram import histogram_viewer
+from ._history import history_viewer
+from ._scale import scale_viewer
 
 __all__ = ["histogram_viewer", "history_viewer", "scale_viewer", "umap_viewer"]
