@@ -361,3 +361,30 @@ def test_every_gradient_of_multihead_attention_and_lstm_matches_autograd() -> No
 
     x = torch.randn(2, 5, 8)
     assert every_output_gradient_matches_autograd(Net(), lambda m: m(x)) >= 5
+
+
+class OffsetComplexify(nn.Module):
+    def forward(self, z: Tensor) -> Tensor:
+        return torch.view_as_real(z[2:])  # reinterprets the dtype at a nonzero offset
+
+
+def test_dtype_changing_view_at_an_offset_modified_in_place() -> None:
+    torch.manual_seed(0)
+    z = torch.randn(5, dtype=torch.complex64, requires_grad=True)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c = OffsetComplexify()
+
+        def forward(self, z: Tensor) -> Tensor:
+            r = self.c(z * 2)
+            r.mul_(3)  # the view's own hook is bypassed: the base's gradient is sliced
+            return (r * r).sum()
+
+    model = Model()
+    with track(model) as t:
+        model(z).backward()
+    (stash,) = grad_stashes(t, "c")
+    r = torch.view_as_real((z.detach() * 2)[2:])
+    assert torch.allclose(stash.value[0], 2 * 9 * r)  # d/dr of sum((3r)^2)
