@@ -82,6 +82,7 @@ def default_layers(stashes: Sequence[Stash]) -> list[str]:
 
 
 def layer_names(stashes: Sequence[Stash], layers: Names) -> list[str]:
+    """The layers to embed: `layers` resolved to module names (a regex or list), or `default_layers`."""
     if layers is None:
         names = default_layers(stashes)
         if len(names) < 2:
@@ -152,6 +153,7 @@ def layer_rows(
 
 
 def token_index(tokens: Any, n_rows: int, max_tokens: int) -> Tensor:
+    """Which rows (tokens) to embed: `tokens` as an index tensor, or the first `max_tokens` rows."""
     if tokens is None:
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise ArgumentValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
@@ -177,6 +179,7 @@ def token_index(tokens: Any, n_rows: int, max_tokens: int) -> Tensor:
 
 
 def label_tokens(token_labels: Any, index: Tensor, n_rows: int) -> list[str] | None:
+    """The text to show next to each chosen token, or None when no labels were given."""
     if token_labels is None:
         return None
     labels = [str(label) for label in token_labels]

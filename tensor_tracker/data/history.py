@@ -26,6 +26,7 @@ __all__ = ["history_rows", "is_frame", "step_edges"]
 
 
 def is_frame(obj: Any) -> bool:
+    """Whether `obj` is a pandas DataFrame (without importing pandas)."""
     pd = sys.modules.get("pandas")
     return pd is not None and isinstance(obj, pd.DataFrame)
 
@@ -99,6 +100,7 @@ def history_rows(
 
 
 def step_edges(steps: list[int]) -> list[float]:
+    """The edges of one cell per step, for a heatmap whose steps may be unevenly spaced."""
     if len(steps) == 1:
         return [steps[0] - 0.5, steps[0] + 0.5]
     mids = [(a + b) / 2 for a, b in itertools.pairwise(steps)]

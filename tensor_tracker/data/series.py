@@ -92,6 +92,7 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
 
 
 def last_step(stashes: Sequence[Stash]) -> int:
+    """The latest step any of `stashes` was recorded at."""
     return max(s.step for s in stashes)
 
 
@@ -144,6 +145,7 @@ class Series:
 
 
 def float_values(tensor: Tensor, label: str) -> Tensor:
+    """A tensor's values as a flat float tensor for binning (a complex tensor is refused)."""
     if tensor.is_complex():
         raise ArgumentTypeError(
             f"histogram: {label} is a complex tensor; pass tensor.real, tensor.imag or "
@@ -198,6 +200,7 @@ def bin_counts(series: Series, bins: int, lo: float, hi: float) -> list[float]:
 
 
 def auto_range(series: Sequence[Series]) -> tuple[float, float]:
+    """The binned range that covers every series (one unit wide when all values are equal)."""
     spans = [s.span for s in series if s.span is not None]
     lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
     if lo == hi:  # one value, or all equal: a bin of width 1 around it
@@ -206,6 +209,7 @@ def auto_range(series: Sequence[Series]) -> tuple[float, float]:
 
 
 def check_range(range: Any) -> tuple[float, float] | None:
+    """A histogram `range=` as `(lo, hi)` floats, or None; refuses anything else."""
     if range is None:
         return None
     try:
@@ -218,6 +222,7 @@ def check_range(range: Any) -> tuple[float, float] | None:
 
 
 def series_labels(stashes: Sequence[Stash]) -> list[str]:
+    """A legend label per stash: its name, plus call and step where several share a name."""
     keys = [(s.name, s.grad, s.kind, s.attr) for s in stashes]
     steps: dict[tuple[Any, ...], set[int]] = {}
     calls: dict[tuple[Any, ...], set[tuple[int, int]]] = {}
@@ -237,6 +242,7 @@ def recorded_series(
     stat: str,
     log2: bool | None,
 ) -> tuple[list[Series], tuple[float, ...], bool]:
+    """Series from recorded histogram statistics, with their bin edges and whether they are log2."""
     for s, st in zip(stashes, stats_list, strict=True):
         if stat not in st.layout.histograms:
             held = list(st.layout.histograms)

@@ -44,6 +44,7 @@ def draw_paths(
     title: str,
     axis: str,
 ) -> None:
+    """Draw each token's path through the layers on `ax`, points coloured by depth."""
     collections = require("matplotlib.collections", "plot")
     n_layers, n_tokens = points.shape[0], points.shape[1]
     if n_layers > 1:

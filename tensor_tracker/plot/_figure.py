@@ -81,6 +81,7 @@ def new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axe
 
 
 def root_figure(ax: Any) -> Figure:
+    """The figure an axes belongs to; refuses anything that is not an axes of a figure."""
     if not hasattr(ax, "get_figure"):
         raise ArgumentTypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
     fig = ax.get_figure(root=True)
@@ -90,6 +91,7 @@ def root_figure(ax: Any) -> Figure:
 
 
 def format_list(formats: Sequence[str]) -> list[Format]:
+    """The `FORMATS` entries named by `formats` (one name or several); refuses unknown names."""
     if isinstance(formats, str):
         formats = (formats,)
     unknown = [f for f in formats if f not in FORMATS]

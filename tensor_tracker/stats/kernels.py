@@ -138,6 +138,7 @@ def flat(x: Tensor) -> Tensor:
 
 
 def pow2(e: float) -> float:
+    """`2**e`, clamped into the positive floats so that thresholds stay ordered."""
     # Clamped so thresholds stay ordered: 2**e underflows to 0.0 below -1074 and raises
     # OverflowError from 1024 up.
     if e >= 1024:

@@ -237,6 +237,7 @@ def _bad_name_message(name: object, extra: str = "") -> str:
 
 
 def parse_items(spec: object) -> list[str | Statistic | Histogram]:
+    """The items of a stats spec (see `parse`): names, `Statistic`s and `Histogram`s."""
     if spec is None or spec is False:
         raise ArgumentTypeError(
             f"stats={spec!r} means 'no statistics'; parse() needs something to compute: "
@@ -282,4 +283,5 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram]:
 
 
 def item_name(item: str | Statistic) -> str:
+    """The name a spec item (a built-in name or a `Statistic`) is known by."""
     return item if isinstance(item, str) else item.name

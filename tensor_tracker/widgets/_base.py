@@ -49,11 +49,13 @@ EMPTY = (
 
 
 def ipywidgets_module() -> Any:
+    """ipywidgets, after checking that matplotlib is installed too (the `widgets` extra)."""
     require("matplotlib", "widgets")
     return require("ipywidgets", "widgets")
 
 
 def error_html(text: str) -> str:
+    """A message for the viewer, as HTML in an error colour."""
     return f'<span style="color:#b00020">{html.escape(text)}</span>'
 
 
@@ -109,6 +111,7 @@ def make_viewer(
 
 
 def empty_viewer(w: Any, text: str) -> Any:
+    """A viewer with no controls that only shows `text` (why there is nothing to show)."""
     panel = Panel(w)
     panel.fail(text)
     panel.message.value = text if text == EMPTY else error_html(text)
@@ -116,14 +119,17 @@ def empty_viewer(w: Any, text: str) -> Any:
 
 
 def stashes_of(tracker: Any) -> list[Stash]:
+    """The stashes of a viewer's `tracker` argument (a tracker or a list of stashes)."""
     return as_stashes(tracker, "tracker")
 
 
 def module_options(names: Sequence[str]) -> list[tuple[str, str]]:
+    """Dropdown options for module names: (label shown, name)."""
     return [(display_name(n), n) for n in names]
 
 
 def observe(controls: Sequence[Any], callback: Callable[[], None]) -> None:
+    """Call `callback` whenever the value of any of `controls` changes."""
     for control in controls:
         control.observe(lambda _change: callback(), names="value")
 
@@ -158,6 +164,7 @@ def set_options(control: Any, options: Sequence[Any], keep: Any, default: Any = 
 
 
 def plottable(stashes: Sequence[Stash]) -> list[Stash]:
+    """The stashes a histogram can show: a tensor or statistics as their first value."""
     return [s for s in stashes if isinstance(s.first_value, (Tensor, Stats))]
 
 
@@ -180,4 +187,5 @@ def stat_options(stashes: Sequence[Stash]) -> list[str]:
 
 
 def default_stat(options: Sequence[str]) -> str | None:
+    """The statistic a viewer starts with: `rms` when available, else the first one."""
     return "rms" if "rms" in options else (options[0] if options else None)
