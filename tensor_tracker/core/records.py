@@ -9,7 +9,16 @@ from typing import Any, ClassVar, Literal
 
 from torch import Tensor, nn
 
-__all__ = ["Event", "Kind", "Origin", "Stash", "StashFn", "StashValueFn", "Unrecorded"]
+__all__ = [
+    "Event",
+    "Kind",
+    "Origin",
+    "Stash",
+    "StashFn",
+    "StashValueFn",
+    "Unrecorded",
+    "first_value",
+]
 
 Kind = Literal["output", "input", "param", "optimizer"]
 """What a stash holds: a module's output, one of its inputs, one of its own parameters, or
@@ -86,10 +95,19 @@ class Stash:
     def first_value(self) -> Any:
         """The value with tuples and lists unwrapped: while it is a non-empty tuple or list,
         take its first element. Dicts are not unwrapped."""
-        value = self.value
-        while isinstance(value, (tuple, list)) and value:
-            value = value[0]
-        return value
+        return first_value(self.value)
+
+
+def first_value(value: Any) -> Any:
+    """`value` with tuples and lists unwrapped, as `Stash.first_value`.
+
+    Example:
+        >>> first_value(([3, 4], 5))
+        3
+    """
+    while isinstance(value, (tuple, list)) and value:
+        value = value[0]
+    return value
 
 
 StashFn = Callable[[Event], Stash]
@@ -142,7 +160,7 @@ class Origin:
         3
     """
 
-    __slots__ = ("attr", "call", "cls", "kind", "name", "step", "training")
+    __slots__ = ("attr", "call", "cls", "kind", "name", "site", "step", "training")
 
     def __init__(
         self,
@@ -153,7 +171,9 @@ class Origin:
         kind: Kind,
         attr: str,
         training: bool,
+        site: int = -1,
     ) -> None:
+        self.site = site  # the tracker's index of (name, cls, kind, attr); see `Columns`
         self.name = name
         self.cls = cls
         self.call = call

@@ -31,6 +31,7 @@ from ..errors import (
     MemoryBudgetError,
     TrackerStateError,
 )
+from .columns import GRAD, TRAINING, TUPLE, Columns
 from .grad_hooks import Gather, Tap, handle_is_dead, in_backward, unrecordable
 from .memo import RecentTensors
 from .records import Kind, Origin, Stash, StashFn, StashValueFn
@@ -121,6 +122,7 @@ class _Registration:
     __slots__ = (
         "arg_names",
         "calls",
+        "sites",
         "grad",
         "module",
         "name",
@@ -137,6 +139,7 @@ class _Registration:
         self.type = type(module)
         self.grad = grad
         self.calls = 0
+        self.sites: dict[tuple[Kind, str], int] = {}  # see Recorder._origin
         self.param_step = -1
         # The last call that ran without autograd (as in reentrant activation checkpointing)
         # and the (kind, attr) whose gradients were hooked all the same (tensors that
@@ -214,7 +217,6 @@ class Recorder:
         check_count(max_bytes, "max_bytes=", "bytes", optional=True)
         if optimizer is not None:
             check_type(optimizer, torch.optim.Optimizer, "optimizer=", "a torch.optim.Optimizer")
-        self.stashes: list[Stash] = []
         self._stash_fn: StashFn = stash if stash is not None else get_stash_fn()
         # With the standard StashFn the hooks build each Stash directly (no Event); only
         # stashes built by a user's own StashFn need the tracker to stamp call/step/kind.
@@ -224,6 +226,10 @@ class Recorder:
             else None
         )
         stash_value = getattr(self._stash_fn, "stash_value", None)
+        # Values that a store keeps as columns (statistics) need no Python object each.
+        make_store = getattr(stash_value, "store", None) if self._default_value else None
+        self.stashes = Columns(make_store() if callable(make_store) else None)
+        """The records, readable as a list of `Stash` (see `Columns`)."""
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
         self._pending_copies = False
         self._outputs = "outputs" in capture_set
@@ -414,7 +420,10 @@ class Recorder:
     def _origin(
         self, reg: _Registration, call: int, kind: Kind, attr: str, training: bool
     ) -> Origin:
-        return Origin(reg.name, reg.type, call, self._step, kind, attr, training)
+        site = reg.sites.get((kind, attr))
+        if site is None:
+            site = reg.sites[kind, attr] = self.stashes.site_id(reg.name, reg.type, kind, attr)
+        return Origin(reg.name, reg.type, call, self._step, kind, attr, training, site)
 
     def _forward_hook(self, reg: _Registration) -> Callable[..., None]:
         def hook(
@@ -429,7 +438,7 @@ class Recorder:
             call = reg.calls
             reg.calls = call + 1
             origin = self._origin(reg, call, "output", "", training)
-            self._record(origin, False, output, args, kwargs)
+            self._record(origin, 0, output, args, kwargs)
             if reg.grad:
                 self._hook_grads(reg, origin, output)
 
@@ -460,7 +469,7 @@ class Recorder:
             if self._params and reg.param_step != self._step_count:
                 reg.param_step = self._step_count
                 for attr, param in reg.params:
-                    self._record(self._origin(reg, 0, "param", attr, training), False, param)
+                    self._record(self._origin(reg, 0, "param", attr, training), 0, param)
 
         return hook
 
@@ -476,7 +485,7 @@ class Recorder:
     ) -> None:
         if next(iter_tensors(value), None) is not None:
             origin = self._origin(reg, call, "input", attr, training)
-            self._record(origin, False, value, args, kwargs)
+            self._record(origin, 0, value, args, kwargs)
             if reg.grad:
                 self._hook_grads(reg, origin, value)
 
@@ -495,7 +504,7 @@ class Recorder:
             training = reg.module.training
             if self._train_only and not training:
                 return
-            self._record(self._origin(reg, 0, "param", attr, training), True, (param.grad,))
+            self._record(self._origin(reg, 0, "param", attr, training), GRAD | TUPLE, param.grad)
 
         return hook
 
@@ -509,7 +518,7 @@ class Recorder:
                     # Skip scalars such as Adam's "step"; keep per-element state.
                     if isinstance(value, Tensor) and value.shape == param.shape:
                         origin = self._origin(reg, 0, "optimizer", f"{attr}.{key}", training)
-                        self._record(origin, False, value)
+                        self._record(origin, 0, value)
 
     def _hook_grads(self, reg: _Registration, origin: Origin, value: Any) -> None:
         """Hook the gradients of the tensors in `value`, recorded as one gradient stash per
@@ -531,9 +540,9 @@ class Recorder:
         if not wanted:
             return
         if tensors[0] is value:
-            self._hook_tensor(value, lambda grad: self._record(origin, True, (grad,)))
+            self._hook_tensor(value, lambda grad: self._record(origin, GRAD | TUPLE, grad))
             return
-        gather = Gather(len(tensors), lambda grads: self._record(origin, True, grads))
+        gather = Gather(len(tensors), lambda grads: self._record(origin, GRAD, grads))
         for i in wanted:
             tap = self._hook_tensor(tensors[i], gather.callback(i))
             gather.add(i, tensors[i], tap)
@@ -563,29 +572,76 @@ class Recorder:
     def _record(
         self,
         origin: Origin,
-        grad: bool,
+        flags: int,
         value: Any,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> None:
+        """Keep `value` (with `TUPLE` in `flags`: the one gradient of a 1-tuple)."""
         stash_value = self._default_value
-        if stash_value is not None:
-            # The standard StashFn's result, without building an Event first.
-            stash = origin.stash(grad, keep(value, stash_value))
-        else:
-            stash = self._stash_fn(origin.event(grad, value, args, kwargs or {}))
-            if not isinstance(stash, Stash):
-                self._bad_stash(stash)
-            origin.stamp(stash)
+        if stash_value is None:
+            self._record_custom(origin, flags, value, args, kwargs)
+            return
+        if origin.training:
+            flags |= TRAINING
+        columns = self.stashes
+        store = columns.store
+        if store is not None and isinstance(value, Tensor):
+            before = store.nbytes if self._max_bytes is not None else 0
+            try:
+                ref = store.put(value)
+            except Exception:  # the object path records it, or says why it could not
+                pass
+            else:
+                if self._max_bytes is not None:
+                    self._count(origin, flags, store.nbytes - before)
+                columns.add(origin.site, origin.call, origin.step, flags, ref)
+                return
+        # The standard StashFn's result, without building an Event or a Stash.
+        kept = keep(value, stash_value)
         if self._max_bytes is not None:
             # Counted like `nbytes`: an object shared with an earlier stash (a parent
             # returning its child's output) is counted once.
-            size = _value_nbytes(stash.value, self._counted)
-            if self._nbytes + size > self._max_bytes:
-                self._over_budget(stash, size)
-            self._nbytes += size
+            self._count(origin, flags, _value_nbytes(kept, self._counted))
         self._pending_copies = self._non_blocking
+        columns.add_object(origin.site, origin.call, origin.step, flags, kept)
+
+    def _record_custom(
+        self,
+        origin: Origin,
+        flags: int,
+        value: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+    ) -> None:
+        """Record through a user's own `StashFn`, which gets an `Event`."""
+        grad = bool(flags & GRAD)
+        if flags & TUPLE:
+            value = (value,)
+        stash = self._stash_fn(origin.event(grad, value, args, kwargs or {}))
+        if not isinstance(stash, Stash):
+            self._bad_stash(stash)
+        origin.stamp(stash)
+        if self._max_bytes is not None:
+            self._count(origin, flags, _value_nbytes(stash.value, self._counted))
         self.stashes.append(stash)
+
+    def _count(self, origin: Origin, flags: int, size: int) -> None:
+        """Count `size` more bytes against `max_bytes`; stop tracking past it."""
+        assert self._max_bytes is not None
+        if self._nbytes + size > self._max_bytes:
+            self.unregister()
+            grad = "gradient " if flags & GRAD else ""
+            raise MemoryBudgetError(
+                f"tensor_tracker: stashing the {origin.kind} {grad}of "
+                f"{origin.name or '<root>'!r} ({size:,} bytes) would exceed "
+                f"max_bytes={self._max_bytes:,}. Tracking stopped (hooks removed); the "
+                f"{len(self.stashes)} stashes so far ({self._nbytes:,} bytes) are kept. "
+                "To stash less: stats=True (a few numbers per tensor instead of the tensor), "
+                "include=/exclude= to track fewer modules, grad=False, sample=N, "
+                "dtype=torch.bfloat16, every=N, or a larger max_bytes."
+            )
+        self._nbytes += size
 
     def _bad_stash(self, stash: object) -> None:
         self.unregister()
@@ -594,18 +650,6 @@ class Recorder:
             "Stash(event.name, event.type, event.grad, value)), but it returned "
             f"{type(stash).__name__}. Tracking stopped (hooks removed); the "
             f"{len(self.stashes)} stashes so far are kept."
-        )
-
-    def _over_budget(self, stash: Stash, size: int) -> None:
-        self.unregister()
-        what = f"{stash.kind} {'gradient ' if stash.grad else ''}of {stash.name or '<root>'!r}"
-        raise MemoryBudgetError(
-            f"tensor_tracker: stashing the {what} ({size:,} bytes) would exceed "
-            f"max_bytes={self._max_bytes:,}. Tracking stopped (hooks removed); the "
-            f"{len(self.stashes)} stashes so far ({self._nbytes:,} bytes) are kept. "
-            "To stash less: stats=True (a few numbers per tensor instead of the tensor), "
-            "include=/exclude= to track fewer modules, grad=False, sample=N, "
-            "dtype=torch.bfloat16, every=N, or a larger max_bytes."
         )
 
     # -- reading ---------------------------------------------------------------------
@@ -621,7 +665,11 @@ class Recorder:
         a copy shared by several stashes counts once."""
         self._sync()
         seen: set[int] = set()
-        return sum(_value_nbytes(s.value, seen) for s in self.stashes)
+        columns = self.stashes
+        held = 0 if columns.store is None else columns.store.nbytes
+        for obj in columns.objects:
+            held += _value_nbytes(obj.value if isinstance(obj, Stash) else obj, seen)
+        return held
 
     def __len__(self) -> int:
         return len(self.stashes)

@@ -11,10 +11,12 @@ import torch
 from torch import Tensor
 
 from .._optional import require
-from ..core.records import Stash
+from ..core.columns import GRAD, OBJECT, STASH, TRAINING, Columns
+from ..core.records import Stash, first_value
 from ..core.structure import iter_leaves
 from ..errors import ArgumentTypeError, ArgumentValueError, NotRecordedError
 from ..stats import NAMES, Stats, compute, stats_table
+from ..stats.store import StatsStore
 
 if TYPE_CHECKING:
     import pandas
@@ -88,17 +90,67 @@ def _first_stats(value: Any) -> Stats | None:
     return None
 
 
+_META = ("name", "type", "grad", "call", "step", "kind", "attr", "training")
+
+
+def _meta_columns(cols: Columns, objects: dict[int, Stash]) -> dict[str, Any]:
+    """The position columns, vectorised over the rows; the rows holding a whole `Stash`
+    (`objects`, by row) take them from it."""
+    np = require("numpy", "pandas")
+    n = len(cols)
+    flags = np.frombuffer(cols.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
+    site = np.frombuffer(cols.site, dtype=np.int32) if n else np.empty(0, np.int32)
+    sites = cols.sites
+    # One extra entry at the end for rows without a site (site -1), set below.
+    def table(values: list[Any]) -> Any:
+        return np.array([*values, ""], dtype=object)[site]
+
+    out: dict[str, Any] = {
+        "name": table([s.name for s in sites]),
+        "type": table([type_name(s.cls) for s in sites]),
+        "grad": (flags & GRAD) != 0,
+        "call": np.array(cols.call, dtype=np.int64),
+        "step": np.repeat(
+            np.array(cols.step_values, dtype=np.int64),
+            np.diff(np.array([*cols.step_rows, n], dtype=np.int64)),
+        ),
+        "kind": table([s.kind for s in sites]),
+        "attr": table([s.attr for s in sites]),
+        "training": (flags & TRAINING) != 0,
+    }
+    for row, stash in objects.items():
+        out["name"][row], out["type"][row] = stash.name, type_name(stash.type)
+        out["grad"][row], out["call"][row], out["step"][row] = stash.grad, stash.call, stash.step
+        out["kind"][row], out["attr"][row] = stash.kind, stash.attr
+        out["training"][row] = stash.training
+    return out
+
+
+def _store_table(cols: Columns, rows: Any) -> dict[str, Any]:
+    """The statistics of the rows kept in the tracker's `StatsStore`, as numpy columns."""
+    store = cols.store
+    if not len(rows) or not isinstance(store, StatsStore):
+        return {}
+    refs = torch.from_numpy(require("numpy", "pandas").frombuffer(cols.ref, dtype="int64")[rows])
+    raw, numel = store.table(refs)
+    derived = store.layout.derive(raw, numel)
+    return {k: v.tolist() if v.dim() == 2 else v.numpy() for k, v in derived.items()}
+
+
 def to_frame(
     stashes: Sequence[Stash],
     stat: Callable[[Tensor], Any] | str | None = None,
     stat_name: str | None = None,
     stats_names: Sequence[str] = (),
 ) -> pandas.DataFrame:
-    """Build the DataFrame of `Tracker.to_frame` (see there) from a list of stashes.
+    """Build the DataFrame of `Tracker.to_frame` (see there) from a list of stashes or a
+    tracker's `Columns`.
 
     Stashes holding statistics (`track(..., stats=...)`) fill one column per statistic, from
     the first tensor of their value; the others fill the `stat` column from their
     `first_value`. Both kinds can be mixed without one overwriting the other's values.
+    Statistics kept in columns (a tracker's `StatsStore`) are read without building any
+    `Stash`, with one transfer per device.
 
     Args:
         stashes: the stashes, one row each.
@@ -109,20 +161,29 @@ def to_frame(
             `stats=` tracker passes its statistics, so an empty frame has their columns).
     """
     pd = require("pandas", "pandas")
-    n = len(stashes)
-    columns: dict[str, Any] = {
-        "name": [s.name for s in stashes],
-        "type": [type_name(s.type) for s in stashes],
-        "grad": [s.grad for s in stashes],
-        "call": [s.call for s in stashes],
-        "step": [s.step for s in stashes],
-        "kind": [s.kind for s in stashes],
-        "attr": [s.attr for s in stashes],
-        "training": [s.training for s in stashes],
-    }
-    found = [_first_stats(s.value) for s in stashes]
-    stats_rows = [i for i, v in enumerate(found) if v is not None]
-    table = stats_table([v for v in found if v is not None])
+    np = require("numpy", "pandas")
+    if isinstance(stashes, Columns):
+        cols = stashes
+    else:
+        cols = Columns()
+        cols.extend(stashes)
+    n = len(cols)
+    flags = np.frombuffer(cols.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
+    in_store = (flags & (OBJECT | STASH)) == 0
+    values = {int(i): cols.value_at(int(i)) for i in np.flatnonzero(~in_store)}
+    whole = {i: cols.objects[cols.ref[i]] for i in values if cols.flags[i] & STASH}
+    columns = _meta_columns(cols, whole)
+
+    # Statistics: a block per source (the store's rows, the Stats objects of other rows).
+    store_rows = np.flatnonzero(in_store)
+    blocks: list[tuple[Any, dict[str, Any]]] = [(store_rows, _store_table(cols, store_rows))]
+    found = {i: _first_stats(v) for i, v in values.items()}
+    with_stats = [i for i, v in found.items() if v is not None]
+    blocks.append((with_stats, stats_table([found[i] for i in with_stats])))  # type: ignore[misc]
+    table: dict[str, list[tuple[Any, Any]]] = {}
+    for rows, block in blocks:
+        for name, column in block.items():
+            table.setdefault(name, []).append((rows, column))
     for name in stats_names:
         table.setdefault(name, [])
     if stat is not None and table:
@@ -132,25 +193,37 @@ def to_frame(
                 f"to_frame: stat={wanted!r} was not recorded; recorded statistics: {list(table)}"
             )
         table = {stat_name or wanted: table[wanted]}
-    for column, values in table.items():
-        full: list[Any] = [math.nan] * n
-        for i, v in zip(stats_rows, values, strict=True):
-            full[i] = v
-        columns[column] = full
-    firsts = [s.first_value for s in stashes]
-    plain = [i for i, v in enumerate(found) if v is None]
+    for name, parts in table.items():
+        columns[name] = _assemble(np, n, parts)
+
+    plain = [i for i, v in found.items() if v is None]
+    firsts = {i: first_value(values[i]) for i in plain}
     # A stats recording's rows without statistics (a module returning None) add no column;
     # plain stashes do, or an empty frame of a plain recording.
-    if not table or any(isinstance(firsts[i], Tensor) for i in plain):
+    if not table or any(isinstance(v, Tensor) for v in firsts.values()):
         fn = _stat_fn(stat)
         label = stat_name or (stat if isinstance(stat, str) else getattr(fn, "__name__", None))
         label = label or "value"
-        values = _tensor_stats(fn, [firsts[i] for i in plain])
+        results = _tensor_stats(fn, [firsts[i] for i in plain])
         # A plain column named like a statistic shares it: each row keeps its own value.
-        shared = columns.get(label) if label in table else None
-        full = shared if isinstance(shared, list) else [math.nan] * n
-        for i, v in zip(plain, values, strict=True):
-            full[i] = v
+        full = columns[label] if label in table else np.full(n, math.nan)
+        if plain:
+            full[plain] = results
         columns[label] = full
     frame: pandas.DataFrame = pd.DataFrame(columns)
     return frame
+
+
+def _assemble(np: Any, n: int, parts: list[tuple[Any, Any]]) -> Any:
+    """One column of `n` rows from `(rows, values)` parts, NaN elsewhere; a histogram's
+    counts (a list per row) make an object column."""
+    listed = any(isinstance(values, list) and values and isinstance(values[0], list) for _, values in parts)
+    full = np.full(n, math.nan, dtype=object if listed else np.float64)
+    for rows, values in parts:
+        if len(rows):
+            if listed:
+                for r, v in zip(rows, values, strict=True):
+                    full[r] = v
+            else:
+                full[rows] = values
+    return full

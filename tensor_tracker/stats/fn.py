@@ -15,6 +15,7 @@ from .binning import HistogramFn, add_hist_derivers
 from .builtin import plan
 from .kernels import F64, NAN, Core, compute_dtype, flat, host_tensor
 from .layout import Layout, column
+from .store import StatsStore
 from .spec import DEFAULT, CustomName, Histogram, Item, Statistic, item_name, parse_items
 from .values import Stats
 
@@ -97,6 +98,7 @@ class StatsFn:
         "_hists",
         "_memo",
         "_range",
+        "_simple",
         "_spec_repr",
         "layout",
     )
@@ -153,6 +155,8 @@ class StatsFn:
             self._compiled = torch.compile(core.device_raw, dynamic=True)
         self._spec_repr = [i if isinstance(i, (str, Histogram)) else i.name for i in items]
         self._memo = LastTensorMemo(self._compute)
+        # Only the core groups (the default set): one call, no parts to join.
+        self._simple = core is not None and core.range is None and not customs and not hists
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -172,6 +176,26 @@ class StatsFn:
         return self._memo(tensor)
 
     def _compute(self, tensor: Tensor) -> Stats:
+        raw, numel = self.raw(tensor)
+        if raw is None:
+            return Stats(self.layout, self.layout._empty_raw(tensor.device), 0)
+        if isinstance(raw, Tensor):
+            return Stats(self.layout, raw, numel)
+        if raw:
+            return Stats._of_floats(self.layout, raw, numel)
+        # only "numel", which needs nothing from the device
+        return Stats(self.layout, torch.empty(0, dtype=F64, device=tensor.device), numel)
+
+    def raw(self, tensor: Tensor) -> tuple[list[float] | Tensor | None, int]:
+        """The raw vector of `tensor`'s statistics (see `Layout`) and its element count,
+        without waiting for the device: host floats for CPU tensors when no statistic
+        needs a tensor, else a float64 tensor on `tensor`'s device; `None` for an empty
+        tensor (whose raw vector is `layout`'s empty one). Not memoised (see `__call__`).
+
+        Example:
+            >>> StatsFn(["mean", "max"]).raw(torch.tensor([1.0, 3.0], dtype=torch.float64))
+            ([2.0, 1.0, 1.0, 3.0], 2)
+        """
         # Gradients seen in backward hooks need no detaching (one tensor object less).
         x = tensor.detach() if tensor.requires_grad else tensor
         if x.layout != torch.strided:
@@ -180,15 +204,18 @@ class StatsFn:
             x = x.to_dense()
         numel = x.numel()
         if numel == 0:
-            return Stats(self.layout, self.layout._empty_raw(x.device), 0)
+            return None, 0
         # Complex tensors are summarised by their magnitudes (custom statistics get x).
         magnitude = x.abs() if x.is_complex() else x
         dtype = compute_dtype(magnitude.dtype)
         xc = flat(magnitude if dtype is None else magnitude.to(dtype))
+        core = self._core
+        if self._simple:
+            assert core is not None
+            return self._core_raw(core, xc, None), numel
         # Each part is a tensor, or host floats from the CPU's fast paths; when all of them
         # are floats, no tensor is built until the statistics are read.
         parts: list[Tensor | list[float]] = []
-        core = self._core
         if core is not None:
             bounds = None if self._range is None else self._range.get(xc)
             parts.append(self._core_raw(core, xc, bounds))
@@ -202,13 +229,14 @@ class StatsFn:
                 break
             floats += part
         else:
-            if floats:
-                return Stats._of_floats(self.layout, floats, numel)
-            # only "numel", which needs nothing from the device
-            return Stats(self.layout, torch.empty(0, dtype=F64, device=x.device), numel)
+            return floats, numel
         tensors = [host_tensor(p) if isinstance(p, list) else p for p in parts]
-        raw = tensors[0] if len(tensors) == 1 else torch.cat(tensors)
-        return Stats(self.layout, raw, numel)
+        return (tensors[0] if len(tensors) == 1 else torch.cat(tensors)), numel
+
+    def store(self) -> StatsStore:
+        """A new `StatsStore` for this function's statistics: what a tracker records them
+        into (a few numbers per tensor in one buffer per device, no object per tensor)."""
+        return StatsStore(self)
 
     def _core_raw(self, core: Core, x: Tensor, bounds: Tensor | None) -> list[float] | Tensor:
         if self._compiled is not None:

@@ -44,6 +44,7 @@ class Layout:
     __slots__ = (
         "_derivers",
         "_empty_runs",
+        "_empty_values",
         "_histograms",
         "_integral",
         "_names",
@@ -71,6 +72,7 @@ class Layout:
             else:
                 runs.append((i, i + 1, value))
         self._empty_runs = tuple(runs)
+        self._empty_values = empty
         self._width = len(empty)
         self._histograms = types.MappingProxyType(histograms)
         self._integral = integral

@@ -1,0 +1,258 @@
+"""`Columns`: a tracker's records kept as columns of integers, with `Stash` views on access.
+
+A `Stash` object with its `Stats` costs ~500 bytes of Python objects; the numbers it stands
+for are a few integers and, with `stats=`, a few floats. So a tracker keeps one row per
+record in growable arrays and builds each `Stash` only when it is read (`t[i]`, `iter(t)`).
+
+The schema (one row per record, in recording order; a later issue streams these arrays to
+disk and gathers them across ranks, so everything is plain numbers plus two small tables):
+
+============  ========  =================================================================
+column        type      meaning
+============  ========  =================================================================
+``site``      int32     index into `sites`: (module name, module class, kind, attr);
+                        -1 for a row holding a whole `Stash` object
+``call``      int32     which call of the module in its step
+``flags``     uint8     `GRAD` | `TRAINING` | `TUPLE` | `OBJECT` | `STASH` bits
+``ref``       int64     where the value is: an index into `objects` (`OBJECT`, `STASH`),
+                        else a reference into the `ValueStore` (e.g. a statistics row)
+step          int64     run-length encoded: `step_rows[k]` is the first row of the run
+                        whose step is `step_values[k]` (steps change once per step)
+============  ========  =================================================================
+
+`sites` holds each (name, class, kind, attr) once; `objects` holds values that are not
+columnar (copies of tensors, nested outputs, stashes a user's `stash=` built).
+"""
+
+from __future__ import annotations
+
+import bisect
+import weakref
+from array import array
+from collections.abc import Iterable, Iterator, MutableSequence
+from typing import Any, NamedTuple, Protocol, overload
+
+from torch import Tensor, nn
+
+from .records import Kind, Stash
+
+__all__ = ["GRAD", "OBJECT", "STASH", "TRAINING", "TUPLE", "Columns", "Site", "ValueStore"]
+
+GRAD = 1
+"""Flag: the row holds gradients."""
+TRAINING = 2
+"""Flag: the module was in training mode."""
+TUPLE = 4
+"""Flag: the value is a 1-tuple around what `ref` points to (a gradient of one tensor)."""
+OBJECT = 8
+"""Flag: `ref` indexes `objects` (a value kept as a Python object)."""
+STASH = 16
+"""Flag: `objects[ref]` is a whole `Stash` (built by a user's `stash=`, or added by hand)."""
+
+
+class Site(NamedTuple):
+    """What every record of one module part shares."""
+
+    name: str
+    cls: type[nn.Module]
+    kind: Kind
+    attr: str
+
+
+class ValueStore(Protocol):
+    """Keeps the values of single tensors in columns; a `StashValueFn` offering one (its
+    `store()` method) has its values recorded without a Python object per record."""
+
+    def put(self, tensor: Tensor) -> int:
+        """Keep the value of `tensor` and return a reference (>= 0) to it; may raise, the
+        tracker then records the tensor another way."""
+
+    def get(self, ref: int) -> Any:
+        """The value `put` returned `ref` for, as the stash function would have given it."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+
+    def clear(self) -> None:
+        """Forget every value (references given out become invalid)."""
+
+
+class Columns(MutableSequence[Stash]):
+    """A tracker's records (see the module docstring), readable as a list of `Stash`.
+
+    Indexing and iterating build `Stash` objects on the fly; while one is alive, reading
+    its row again gives the same object. Appending a `Stash` keeps that object as it is. Pickling gives a plain list of
+    stashes.
+
+    Example:
+        >>> cols = Columns()
+        >>> site = cols.site_id("0", nn.Linear, "output", "")
+        >>> cols.add_object(site, 0, 5, TRAINING, torch.ones(2))
+        >>> cols[0].name, cols[0].step, cols[0].value
+        ('0', 5, tensor([1., 1.]))
+    """
+
+    def __init__(self, store: ValueStore | None = None) -> None:
+        self.store = store
+        self.sites: list[Site] = []
+        self._site_ids: dict[Site, int] = {}
+        self.objects: list[Any] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self.site = array("i")
+        self.call = array("i")
+        self.flags = array("B")
+        self.ref = array("q")
+        self.step_rows = array("q")
+        self.step_values = array("q")
+        self._last_step: int | None = None
+        # The stashes built and still alive, so that reading a row twice gives one object.
+        self._views: weakref.WeakValueDictionary[int, Stash] = weakref.WeakValueDictionary()
+
+    # -- writing (hot path) ----------------------------------------------------------
+
+    def site_id(self, name: str, cls: type[nn.Module], kind: Kind, attr: str) -> int:
+        """The index of a site in `sites`, added on first use."""
+        site = Site(name, cls, kind, attr)
+        index = self._site_ids.get(site)
+        if index is None:
+            index = self._site_ids[site] = len(self.sites)
+            self.sites.append(site)
+        return index
+
+    def add(self, site: int, call: int, step: int, flags: int, ref: int) -> None:
+        """Append one record."""
+        if step != self._last_step:
+            self._last_step = step
+            self.step_rows.append(len(self.ref))
+            self.step_values.append(step)
+        self.site.append(site)
+        self.call.append(call)
+        self.flags.append(flags)
+        self.ref.append(ref)
+
+    def add_object(self, site: int, call: int, step: int, flags: int, value: Any) -> None:
+        """Append one record whose value is kept as a Python object."""
+        self.add(site, call, step, flags | OBJECT, len(self.objects))
+        self.objects.append(value)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.ref)
+
+    def step_at(self, row: int) -> int:
+        """The step of record `row`."""
+        return self.step_values[bisect.bisect_right(self.step_rows, row) - 1]
+
+    def _stash(self, row: int) -> Stash:
+        stash = self._views.get(row)
+        if stash is None:
+            stash = self._views[row] = self._build(row)
+        return stash
+
+    def value_at(self, row: int) -> Any:
+        """The value of record `row` (what its `Stash` holds), without building the `Stash`."""
+        flags = self.flags[row]
+        ref = self.ref[row]
+        if flags & STASH:
+            return self.objects[ref].value
+        value = self.objects[ref] if flags & OBJECT else self._store().get(ref)
+        return (value,) if flags & TUPLE else value
+
+    def _build(self, row: int) -> Stash:
+        flags = self.flags[row]
+        if flags & STASH:
+            stash: Stash = self.objects[self.ref[row]]
+            return stash
+        site = self.sites[self.site[row]]
+        return Stash(
+            site.name,
+            site.cls,
+            bool(flags & GRAD),
+            self.value_at(row),
+            self.call[row],
+            self.step_at(row),
+            site.kind,
+            site.attr,
+            bool(flags & TRAINING),
+        )
+
+    def _store(self) -> ValueStore:
+        assert self.store is not None  # only rows put into a store refer to it
+        return self.store
+
+    @overload
+    def __getitem__(self, index: int) -> Stash: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Stash]: ...
+    def __getitem__(self, index: int | slice) -> Stash | list[Stash]:
+        if isinstance(index, slice):
+            return [self._stash(i) for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"stash index {index} out of range ({n} stashes)")
+        return self._stash(index % n)
+
+    def __iter__(self) -> Iterator[Stash]:
+        for row in range(len(self)):
+            yield self._stash(row)
+
+    # -- list behaviour for stashes added by hand ------------------------------------------
+
+    def append(self, value: Stash) -> None:
+        """Append a `Stash` object (kept as it is)."""
+        self.add(-1, value.call, value.step, STASH, len(self.objects))
+        self.objects.append(value)
+
+    def extend(self, values: Iterable[Stash]) -> None:
+        """Append each `Stash` of `values`."""
+        for value in list(values):
+            self.append(value)
+
+    def insert(self, index: int, value: Stash) -> None:
+        """Insert a `Stash` before position `index`."""
+        stashes = list(self)
+        stashes.insert(index, value)
+        self._rebuild(stashes)
+
+    @overload
+    def __setitem__(self, index: int, value: Stash) -> None: ...
+    @overload
+    def __setitem__(self, index: slice, value: Iterable[Stash]) -> None: ...
+    def __setitem__(self, index: int | slice, value: Any) -> None:
+        stashes = list(self)
+        stashes[index] = value
+        self._rebuild(stashes)
+
+    def __delitem__(self, index: int | slice) -> None:
+        stashes = list(self)
+        del stashes[index]
+        self._rebuild(stashes)
+
+    def _rebuild(self, stashes: list[Stash]) -> None:
+        # Rare (editing a recording by hand): every row becomes a Stash object.
+        self.clear()
+        self.extend(stashes)
+
+    def clear(self) -> None:
+        """Drop every record (and the values they hold)."""
+        self._reset()
+        self.objects = []
+        if self.store is not None:
+            self.store.clear()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Columns, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+    def __repr__(self) -> str:
+        return f"Columns({len(self)} records)"

@@ -1,0 +1,175 @@
+"""`StatsStore`: the statistics of many tensors in one buffer per device, for a tracker.
+
+Each tensor's raw vector (see `Layout`) is one row: CPU rows are host floats appended to a
+growable array (8 bytes per number, no Python object); rows of accelerator tensors are
+written into preallocated device buffers with one copy kernel each, never read back until
+the recording is read (then one transfer per device).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ..core.memo import RecentTensors
+from ..errors import TrackerStateError
+from .kernels import F64
+from .values import Stats
+
+if TYPE_CHECKING:
+    from .fn import StatsFn
+    from .layout import Layout
+
+__all__ = ["StatsStore"]
+
+_SLOT_BITS = 4
+_SLOTS = 1 << _SLOT_BITS
+_CHUNK = 4096  # rows per device buffer
+
+
+class _HostRows:
+    __slots__ = ("numel", "raw", "width")
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.raw = array("d")
+        self.numel = array("q")
+
+    def add(self, raw: list[float] | Tensor | None, numel: int, layout: Layout) -> int:
+        row = len(self.numel)
+        if isinstance(raw, list):
+            self.raw.extend(raw)
+        elif raw is None:
+            self.raw.extend(layout._empty_values)
+        else:
+            self.raw.extend(raw.tolist())
+        self.numel.append(numel)
+        return row
+
+    def get(self, row: int, layout: Layout) -> Stats:
+        w = self.width
+        if not w:
+            return Stats(layout, torch.empty(0, dtype=F64), self.numel[row])
+        return Stats._of_floats(layout, self.raw[row * w : (row + 1) * w].tolist(), self.numel[row])
+
+    def table(self) -> Tensor:
+        if not self.numel or not self.width:
+            return torch.empty((len(self.numel), self.width), dtype=F64)
+        return torch.frombuffer(self.raw, dtype=F64).view(-1, self.width)
+
+
+class _DeviceRows:
+    __slots__ = ("chunks", "device", "numel", "width")
+
+    def __init__(self, width: int, device: torch.device) -> None:
+        self.width = width
+        self.device = device
+        self.chunks: list[Tensor] = []
+        self.numel = array("q")
+
+    def add(self, raw: list[float] | Tensor | None, numel: int, layout: Layout) -> int:
+        row = len(self.numel)
+        chunk, index = divmod(row, _CHUNK)
+        if chunk == len(self.chunks):
+            self.chunks.append(torch.empty((_CHUNK, self.width), dtype=F64, device=self.device))
+        if isinstance(raw, Tensor):
+            self.chunks[chunk][index].copy_(raw)
+        elif raw is None:
+            self.chunks[chunk][index].copy_(layout._empty_raw(self.device))
+        # else: a list from a device tensor is the empty list of "numel" alone
+        self.numel.append(numel)
+        return row
+
+    def get(self, row: int, layout: Layout) -> Stats:
+        chunk, index = divmod(row, _CHUNK)
+        return Stats(layout, self.chunks[chunk][index], self.numel[row])
+
+    def table(self) -> Tensor:
+        rows = len(self.numel)
+        if not rows:
+            return torch.empty((0, self.width), dtype=F64)
+        return torch.cat(self.chunks)[:rows].to("cpu")  # one transfer
+
+
+class StatsStore:
+    """Keeps the statistics of many tensors as rows of numbers (see the module docstring);
+    what a tracker with `stats=` records into. `put(tensor)` computes and keeps a tensor's
+    statistics and returns a reference; `get(ref)` gives them back as `Stats`.
+
+    A tensor put again unchanged (same object, same in-place version) is not computed
+    again: `put` returns the same reference.
+
+    Example:
+        >>> store = parse(["mean", "max"]).store()
+        >>> ref = store.put(torch.tensor([1.0, 3.0]))
+        >>> store.get(ref).to_dict(), store.nbytes
+        ({'mean': 2.0, 'max': 3.0}, 32)
+    """
+
+    __slots__ = ("_fn", "_parts", "_recent", "_slots", "layout")
+
+    def __init__(self, fn: StatsFn) -> None:
+        self._fn = fn
+        self.layout = fn.layout
+        self._parts: list[_HostRows | _DeviceRows] = []
+        self._slots: dict[torch.device, int] = {}
+        self._recent = RecentTensors[int](1)
+
+    def put(self, tensor: Tensor) -> int:
+        """Compute `tensor`'s statistics into the store; return their reference."""
+        ref = self._recent.get(tensor)
+        if ref is not None:
+            return ref
+        raw, numel = self._fn.raw(tensor)
+        slot = self._slots.get(tensor.device)
+        if slot is None:
+            slot = self._slot(tensor.device)
+        ref = self._parts[slot].add(raw, numel, self.layout) << _SLOT_BITS | slot
+        self._recent.put(tensor, ref)
+        return ref
+
+    def _slot(self, device: torch.device) -> int:
+        slot = len(self._parts)
+        if slot == _SLOTS:
+            # The tracker then keeps these statistics as objects instead.
+            raise TrackerStateError(f"a StatsStore keeps rows of at most {_SLOTS} devices")
+        width = self.layout.width
+        self._parts.append(_HostRows(width) if device.type == "cpu" else _DeviceRows(width, device))
+        self._slots[device] = slot
+        return slot
+
+    def get(self, ref: int) -> Stats:
+        """The `Stats` kept under `ref`."""
+        return self._parts[ref & (_SLOTS - 1)].get(ref >> _SLOT_BITS, self.layout)
+
+    def table(self, refs: Tensor) -> tuple[Tensor, Tensor]:
+        """The raw vectors `[N, width]` and element counts `[N]` (float64, on the CPU) of the
+        rows `refs` (int64), read with one transfer per device; see `Layout.derive`."""
+        width = self.layout.width
+        raw = torch.empty((len(refs), width), dtype=F64)
+        numel = torch.empty(len(refs), dtype=F64)
+        slots = refs & (_SLOTS - 1)
+        rows = refs >> _SLOT_BITS
+        for slot, part in enumerate(self._parts):
+            mask = slots == slot if len(self._parts) > 1 else slice(None)
+            picked = rows[mask]
+            raw[mask] = part.table()[picked]
+            numel[mask] = torch.frombuffer(part.numel, dtype=torch.int64)[picked].to(F64)
+        return raw, numel
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of statistics held (8 per number)."""
+        return sum(len(p.numel) for p in self._parts) * self.layout.width * 8
+
+    def clear(self) -> None:
+        """Forget every row."""
+        self._parts.clear()
+        self._slots.clear()
+        self._recent.clear()
+
+    def __len__(self) -> int:
+        return sum(len(p.numel) for p in self._parts)
