@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
+import gc
+import os
 import statistics
 import time
 import warnings
@@ -179,6 +182,143 @@ def overhead_table(
         print(f"| {name.strip()} | {ratio:.3f}x | {verdict} | {count} | {held} |")
 
 
+def small_model(kind: str) -> tuple[nn.Module, Tensor]:
+    """Issue #11's small workloads: a d_model=64 encoder (2 layers, batch 4 x 16) or a
+    two-layer MLP (64 -> 256 -> 64, batch 64)."""
+    torch.manual_seed(0)
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)), torch.randn(64, 64)
+    return make_model(64, 2), torch.randn(4, 16, 64)
+
+
+class _NoOpHooks:
+    """The floor of any hook-based tracker: a forward hook on every module that registers
+    a tensor hook on each output requiring grad (on the view's base too, as ours do), and
+    does nothing else."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.handles = [
+            m.register_forward_hook(self._hook, with_kwargs=True) for m in model.modules()
+        ]
+        self.stashes: list[Any] = []
+
+    @staticmethod
+    def _grad(grad: Tensor) -> None:
+        pass
+
+    def _hook(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if isinstance(output, Tensor) and output.requires_grad:
+            output.register_hook(self._grad)
+            if output._is_view():
+                output._base.register_hook(self._grad)
+
+    def __enter__(self) -> _NoOpHooks:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _clear_and_step(tracker: Any, step: Callable[[nn.Module], None], model: nn.Module) -> None:
+    tracker.stashes.clear()
+    step(model)
+
+
+def small_models(pairs: int) -> None:
+    """Tracked/untracked ratios on small models, where the per-stash cost dominates."""
+    print(
+        "\n## Small models (issue #11): fixed cost per stash; median over "
+        f"{pairs} adjacent step pairs, 1 thread\n"
+    )
+    print("| workload | tracked / untracked | target | stashes/step | untracked step |")
+    print("|---|---|---|---|---|")
+    rows: list[tuple[str, str, bool, Callable[..., Any], float | None]] = [
+        ("encoder d64, no-op hooks (floor)", "encoder", False, lambda m, o: _NoOpHooks(m), None),
+        (
+            "encoder d64, stats=True",
+            "encoder",
+            False,
+            lambda m, o: tensor_tracker.track(m, stats=True),
+            1.20,
+        ),
+        (
+            "encoder d64, stats=True, outputs+params, optimizer=Adam",
+            "encoder",
+            True,
+            lambda m, o: tensor_tracker.track(
+                m, stats=True, capture=("outputs", "params"), optimizer=o
+            ),
+            1.40,
+        ),
+        ("MLP, stats=True", "mlp", False, lambda m, o: tensor_tracker.track(m, stats=True), None),
+    ]
+    for label, kind, adam, factory, target in rows:
+        untracked, x = small_model(kind)
+        tracked = copy.deepcopy(untracked)
+        optimizers = {
+            id(m): torch.optim.Adam(m.parameters(), lr=1e-4) for m in (untracked, tracked)
+        }
+
+        def step(
+            model: nn.Module, adam: bool = adam, x: Tensor = x, opts: Any = optimizers
+        ) -> None:
+            train_step(model, x)
+            if adam:
+                opts[id(model)].step()
+
+        times = []
+        for _ in range(20):
+            start = time.perf_counter()
+            step(untracked)
+            times.append(time.perf_counter() - start)
+        with factory(tracked, optimizers[id(tracked)]) as tracker:
+            step(tracked)
+            count = len(tracker.stashes)
+            tracked_step = functools.partial(_clear_and_step, tracker, step, tracked)
+            ratio = statistics.median(
+                paired_ratios(functools.partial(step, untracked), tracked_step, pairs)
+            )
+        verdict = (
+            "" if target is None else f"<= {target} ({'met' if ratio <= target else 'MISSED'})"
+        )
+        print(
+            f"| {label} | {ratio:.3f}x | {verdict} | {count} | "
+            f"{1e3 * statistics.median(times):.2f} ms |"
+        )
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_per_stash(target_stashes: int) -> None:
+    """Resident memory added per statistics stash over a long run (Linux: /proc)."""
+    if not os.path.exists("/proc/self/statm"):
+        print("\nMemory per stash: needs /proc (Linux); skipped.")
+        return
+    model, x = small_model("mlp")
+    x = x[:4]
+    gc.collect()
+    with tensor_tracker.track(model, stats=True) as tracker:
+        train_step(model, x)
+        tracker.step()
+        per_step = len(tracker)
+        before = _rss()
+        while len(tracker) < target_stashes:
+            train_step(model, x)
+            tracker.step()
+        gc.collect()
+        grown = _rss() - before
+    stashes = len(tracker) - per_step
+    verdict = "met" if grown / stashes <= 64 else "MISSED"
+    print(
+        f"\nMemory per statistics stash over a {stashes:,}-stash run (RSS growth / stashes): "
+        f"{grown / stashes:.0f} bytes (target <= 64: {verdict})."
+    )
+
+
 def frame_throughput(steps: int) -> None:
     model = make_model(128, 2)
     x = torch.randn(2, 16, 128)
@@ -261,20 +401,32 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", default="", help="run the overhead rows whose name has this")
     parser.add_argument("--pairs", type=int, default=40, help="step pairs per configuration")
+    parser.add_argument(
+        "--part",
+        choices=["all", "overhead", "small", "memory", "frame", "training"],
+        default="all",
+        help="run one part of the benchmark",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     pairs = 3 if args.quick else args.pairs
     print(f"# tensor_tracker benchmark (torch {torch.__version__}, {args.threads} thread)")
-    overhead_table(256, 4, 4, 64, pairs, args.only)
-    if args.only:
-        return
-    if not args.quick:
-        overhead_table(128, 4, 8, 64, pairs)
-        overhead_table(512, 4, 2, 64, pairs)
-    frame_throughput(20 if args.quick else 400)
-    training_run(20 if args.quick else 200)
-    if not args.quick:
-        training_run(200, stats.histogram(sample_n=4096))
+    part = "overhead" if args.only else args.part
+    if part in ("all", "overhead"):
+        overhead_table(256, 4, 4, 64, pairs, args.only)
+        if not args.quick and not args.only:
+            overhead_table(128, 4, 8, 64, pairs)
+            overhead_table(512, 4, 2, 64, pairs)
+    if part in ("all", "small"):
+        small_models(3 if args.quick else 5 * args.pairs)
+    if part in ("all", "memory"):
+        memory_per_stash(10_000 if args.quick else 100_000)
+    if part in ("all", "frame"):
+        frame_throughput(20 if args.quick else 400)
+    if part in ("all", "training"):
+        training_run(20 if args.quick else 200)
+        if not args.quick:
+            training_run(200, stats.histogram(sample_n=4096))
 
 
 if __name__ == "__main__":

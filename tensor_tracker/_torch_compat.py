@@ -36,14 +36,13 @@ __all__ = [
 ]
 
 
-def graph_task_id() -> int:
-    """The autograd graph task (backward pass) running in this thread, -1 outside one.
+graph_task_id: Callable[[], int] = torch._C._current_graph_task_id
+"""The autograd graph task (backward pass) running in this thread, -1 outside one.
 
-    The only way to tell backward passes apart from inside a hook, and to notice that
-    activation checkpointing re-runs a forward pass during `backward()`; it is what
-    `torch.autograd.graph.register_multi_grad_hook` uses too.
-    """
-    return torch._C._current_graph_task_id()
+The only way to tell backward passes apart from inside a hook, and to notice that
+activation checkpointing re-runs a forward pass during `backward()`; it is what
+`torch.autograd.graph.register_multi_grad_hook` uses too. (The builtin itself: hooks call
+it on every module call.)"""
 
 
 def will_execute(node: Any) -> bool:

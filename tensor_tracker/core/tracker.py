@@ -16,7 +16,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from .._torch_compat import compiled_callable, dynamo_has_compiled_code, forget_compiled_code
+from .._torch_compat import (
+    compiled_callable,
+    dynamo_has_compiled_code,
+    forget_compiled_code,
+    graph_task_id,
+)
 from .._validate import (
     check_bool,
     check_callable,
@@ -32,7 +37,7 @@ from ..errors import (
     TrackerStateError,
 )
 from .columns import GRAD, TRAINING, TUPLE, Columns
-from .grad_hooks import Gather, Tap, handle_is_dead, in_backward, unrecordable
+from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
 from .memo import RecentTensors
 from .records import Kind, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn, keep
@@ -122,7 +127,6 @@ class _Registration:
     __slots__ = (
         "arg_names",
         "calls",
-        "sites",
         "grad",
         "module",
         "name",
@@ -130,6 +134,7 @@ class _Registration:
         "no_grad_hooked",
         "param_step",
         "params",
+        "sites",
         "type",
     )
 
@@ -145,7 +150,7 @@ class _Registration:
         # and the (kind, attr) whose gradients were hooked all the same (tensors that
         # required grad already): a recomputation of that call hooks the others.
         self.no_grad_call = -1
-        self.no_grad_hooked: set[tuple[Kind, str]] = set()
+        self.no_grad_hooked: set[int] = set()  # sites
         self.params = list(module.named_parameters(recurse=False))
         self.arg_names: tuple[str, ...] = ()
         try:
@@ -417,30 +422,32 @@ class Recorder:
 
     # -- hooks (hot path: no host synchronisation, little Python) -------------------------
 
-    def _origin(
-        self, reg: _Registration, call: int, kind: Kind, attr: str, training: bool
-    ) -> Origin:
+    def _site(self, reg: _Registration, kind: Kind, attr: str) -> int:
+        """The `Columns` site of (`reg`, `kind`, `attr`), resolved once."""
         site = reg.sites.get((kind, attr))
         if site is None:
             site = reg.sites[kind, attr] = self.stashes.site_id(reg.name, reg.type, kind, attr)
-        return Origin(reg.name, reg.type, call, self._step, kind, attr, training, site)
+        return site
 
     def _forward_hook(self, reg: _Registration) -> Callable[..., None]:
+        site = self._site(reg, "output", "")
+
         def hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
         ) -> None:
             training = module.training
             if self._train_only and not training:
                 return
-            if in_backward():
-                self._recomputed(reg, output, "output", "", training)
+            if graph_task_id() != -1:  # in backward(): a checkpoint's recomputation
+                self._recomputed(reg, output, site)
                 return
             call = reg.calls
             reg.calls = call + 1
-            origin = self._origin(reg, call, "output", "", training)
-            self._record(origin, 0, output, args, kwargs)
+            flags = TRAINING if training else 0
+            step = self._step
+            self._record(site, call, step, flags, output, args, kwargs)
             if reg.grad:
-                self._hook_grads(reg, origin, output)
+                self._hook_grads(reg, site, call, step, flags, output)
 
         return hook
 
@@ -449,62 +456,49 @@ class Recorder:
             training = module.training
             if self._train_only and not training:
                 return
-            if in_backward():
-                if self._inputs:
-                    for index, value in enumerate(args):
-                        self._recomputed(reg, value, "input", reg.arg_name(index), training)
-                    for key, value in kwargs.items():
-                        self._recomputed(reg, value, "input", key, training)
+            inputs = [(reg.arg_name(i), v) for i, v in enumerate(args)] if self._inputs else []
+            if self._inputs:
+                inputs += kwargs.items()
+            if graph_task_id() != -1:  # in backward(): a checkpoint's recomputation
+                for attr, value in inputs:
+                    self._recomputed(reg, value, self._site(reg, "input", attr))
                 return
             call = reg.calls
             if not self._outputs:  # otherwise the forward hook counts the call
                 reg.calls = call + 1
-            if self._inputs:
-                for index, value in enumerate(args):
-                    self._record_input(
-                        reg, call, reg.arg_name(index), value, args, kwargs, training
-                    )
-                for key, value in kwargs.items():
-                    self._record_input(reg, call, key, value, args, kwargs, training)
+            flags = TRAINING if training else 0
+            step = self._step
+            for attr, value in inputs:
+                if next(iter_tensors(value), None) is not None:
+                    site = self._site(reg, "input", attr)
+                    self._record(site, call, step, flags, value, args, kwargs)
+                    if reg.grad:
+                        self._hook_grads(reg, site, call, step, flags, value)
             if self._params and reg.param_step != self._step_count:
                 reg.param_step = self._step_count
                 for attr, param in reg.params:
-                    self._record(self._origin(reg, 0, "param", attr, training), 0, param)
+                    self._record(self._site(reg, "param", attr), 0, step, flags, param)
 
         return hook
 
-    def _record_input(
-        self,
-        reg: _Registration,
-        call: int,
-        attr: str,
-        value: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        training: bool,
-    ) -> None:
-        if next(iter_tensors(value), None) is not None:
-            origin = self._origin(reg, call, "input", attr, training)
-            self._record(origin, 0, value, args, kwargs)
-            if reg.grad:
-                self._hook_grads(reg, origin, value)
-
-    def _recomputed(
-        self, reg: _Registration, value: Any, kind: Kind, attr: str, training: bool
-    ) -> None:
+    def _recomputed(self, reg: _Registration, value: Any, site: int) -> None:
         """Activation checkpointing re-runs a forward pass during `backward()`: its values
         were recorded already, but when the first run had no autograd graph
         (`use_reentrant=True`), this run's graph is the one whose gradients come back."""
         call = max(reg.calls - 1, 0)
-        if reg.grad and reg.no_grad_call == call and (kind, attr) not in reg.no_grad_hooked:
-            self._hook_grads(reg, self._origin(reg, call, kind, attr, training), value)
+        if reg.grad and reg.no_grad_call == call and site not in reg.no_grad_hooked:
+            flags = TRAINING if reg.module.training else 0
+            self._hook_grads(reg, site, call, self._step, flags, value)
 
     def _param_grad_hook(self, reg: _Registration, attr: str) -> Callable[[Tensor], None]:
+        site = self._site(reg, "param", attr)
+
         def hook(param: Tensor) -> None:
             training = reg.module.training
             if self._train_only and not training:
                 return
-            self._record(self._origin(reg, 0, "param", attr, training), GRAD | TUPLE, param.grad)
+            flags = GRAD | TUPLE | (TRAINING if training else 0)
+            self._record(site, 0, self._step, flags, param.grad)
 
         return hook
 
@@ -517,10 +511,12 @@ class Recorder:
                 for key, value in optimizer.state.get(param, {}).items():
                     # Skip scalars such as Adam's "step"; keep per-element state.
                     if isinstance(value, Tensor) and value.shape == param.shape:
-                        origin = self._origin(reg, 0, "optimizer", f"{attr}.{key}", training)
-                        self._record(origin, 0, value)
+                        site = self._site(reg, "optimizer", f"{attr}.{key}")
+                        self._record(site, 0, self._step, TRAINING if training else 0, value)
 
-    def _hook_grads(self, reg: _Registration, origin: Origin, value: Any) -> None:
+    def _hook_grads(
+        self, reg: _Registration, site: int, call: int, step: int, flags: int, value: Any
+    ) -> None:
         """Hook the gradients of the tensors in `value`, recorded as one gradient stash per
         backward pass (see `grad_hooks`). Tensor hooks add no autograd node, so gradients
         stay bitwise identical and later in-place ops on `value` are allowed; a hook
@@ -532,17 +528,20 @@ class Recorder:
             tensors = list(iter_tensors(value))
             wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
         if not torch.is_grad_enabled():
-            if reg.no_grad_call != origin.call:
-                reg.no_grad_call = origin.call
+            if reg.no_grad_call != call:
+                reg.no_grad_call = call
                 reg.no_grad_hooked.clear()
             if wanted:
-                reg.no_grad_hooked.add((origin.kind, origin.attr))
+                reg.no_grad_hooked.add(site)
         if not wanted:
             return
+        record = self._record
         if tensors[0] is value:
-            self._hook_tensor(value, lambda grad: self._record(origin, GRAD | TUPLE, grad))
+            flags |= GRAD | TUPLE
+            self._hook_tensor(value, lambda grad: record(site, call, step, flags, grad))
             return
-        gather = Gather(len(tensors), lambda grads: self._record(origin, GRAD, grads))
+        flags |= GRAD
+        gather = Gather(len(tensors), lambda grads: record(site, call, step, flags, grads))
         for i in wanted:
             tap = self._hook_tensor(tensors[i], gather.callback(i))
             gather.add(i, tensors[i], tap)
@@ -571,19 +570,20 @@ class Recorder:
 
     def _record(
         self,
-        origin: Origin,
+        site: int,
+        call: int,
+        step: int,
         flags: int,
         value: Any,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> None:
-        """Keep `value` (with `TUPLE` in `flags`: the one gradient of a 1-tuple)."""
+        """Keep `value` as record (`site`, `call`, `step`, `flags`); with `TUPLE` in `flags`,
+        `value` is the one gradient of a 1-tuple."""
         stash_value = self._default_value
         if stash_value is None:
-            self._record_custom(origin, flags, value, args, kwargs)
+            self._record_custom(site, call, step, flags, value, args, kwargs)
             return
-        if origin.training:
-            flags |= TRAINING
         columns = self.stashes
         store = columns.store
         if store is not None and isinstance(value, Tensor):
@@ -594,49 +594,53 @@ class Recorder:
                 pass
             else:
                 if self._max_bytes is not None:
-                    self._count(origin, flags, store.nbytes - before)
-                columns.add(origin.site, origin.call, origin.step, flags, ref)
+                    self._count(site, flags, store.nbytes - before)
+                columns.add(site, call, step, flags, ref)
                 return
         # The standard StashFn's result, without building an Event or a Stash.
         kept = keep(value, stash_value)
         if self._max_bytes is not None:
             # Counted like `nbytes`: an object shared with an earlier stash (a parent
             # returning its child's output) is counted once.
-            self._count(origin, flags, _value_nbytes(kept, self._counted))
+            self._count(site, flags, _value_nbytes(kept, self._counted))
         self._pending_copies = self._non_blocking
-        columns.add_object(origin.site, origin.call, origin.step, flags, kept)
+        columns.add_object(site, call, step, flags, kept)
 
     def _record_custom(
         self,
-        origin: Origin,
+        site: int,
+        call: int,
+        step: int,
         flags: int,
         value: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None,
     ) -> None:
         """Record through a user's own `StashFn`, which gets an `Event`."""
-        grad = bool(flags & GRAD)
+        name, cls, kind, attr = self.stashes.sites[site]
+        origin = Origin(name, cls, call, step, kind, attr, bool(flags & TRAINING), site)
         if flags & TUPLE:
             value = (value,)
-        stash = self._stash_fn(origin.event(grad, value, args, kwargs or {}))
+        stash = self._stash_fn(origin.event(bool(flags & GRAD), value, args, kwargs or {}))
         if not isinstance(stash, Stash):
             self._bad_stash(stash)
         origin.stamp(stash)
         if self._max_bytes is not None:
-            self._count(origin, flags, _value_nbytes(stash.value, self._counted))
+            self._count(site, flags, _value_nbytes(stash.value, self._counted))
         self.stashes.append(stash)
 
-    def _count(self, origin: Origin, flags: int, size: int) -> None:
+    def _count(self, site: int, flags: int, size: int) -> None:
         """Count `size` more bytes against `max_bytes`; stop tracking past it."""
         assert self._max_bytes is not None
         if self._nbytes + size > self._max_bytes:
             self.unregister()
+            name, _, kind, _ = self.stashes.sites[site]
             grad = "gradient " if flags & GRAD else ""
             raise MemoryBudgetError(
-                f"tensor_tracker: stashing the {origin.kind} {grad}of "
-                f"{origin.name or '<root>'!r} ({size:,} bytes) would exceed "
-                f"max_bytes={self._max_bytes:,}. Tracking stopped (hooks removed); the "
-                f"{len(self.stashes)} stashes so far ({self._nbytes:,} bytes) are kept. "
+                f"tensor_tracker: stashing the {kind} {grad}of {name or '<root>'!r} "
+                f"({size:,} bytes) would exceed max_bytes={self._max_bytes:,}. Tracking "
+                f"stopped (hooks removed); the {len(self.stashes)} stashes so far "
+                f"({self._nbytes:,} bytes) are kept. "
                 "To stash less: stats=True (a few numbers per tensor instead of the tensor), "
                 "include=/exclude= to track fewer modules, grad=False, sample=N, "
                 "dtype=torch.bfloat16, every=N, or a larger max_bytes."

@@ -82,8 +82,9 @@ def _tensor_stats(fn: Callable[[Tensor], Any], values: Sequence[Any]) -> list[fl
 def _first_stats(value: Any) -> Stats | None:
     """The statistics of the first tensor in a stash's value (a tuple, dict, `ModelOutput`,
     ...), or None when it holds none."""
-    if isinstance(value, Stats):
-        return value
+    first = first_value(value)  # a tuple such as (Stats, None) needs no walk
+    if isinstance(first, Stats):
+        return first
     for leaf in iter_leaves(value):
         if isinstance(leaf, Stats):
             return leaf
@@ -101,6 +102,7 @@ def _meta_columns(cols: Columns, objects: dict[int, Stash]) -> dict[str, Any]:
     flags = np.frombuffer(cols.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
     site = np.frombuffer(cols.site, dtype=np.int32) if n else np.empty(0, np.int32)
     sites = cols.sites
+
     # One extra entry at the end for rows without a site (site -1), set below.
     def table(values: list[Any]) -> Any:
         return np.array([*values, ""], dtype=object)[site]
@@ -217,7 +219,9 @@ def to_frame(
 def _assemble(np: Any, n: int, parts: list[tuple[Any, Any]]) -> Any:
     """One column of `n` rows from `(rows, values)` parts, NaN elsewhere; a histogram's
     counts (a list per row) make an object column."""
-    listed = any(isinstance(values, list) and values and isinstance(values[0], list) for _, values in parts)
+    listed = any(
+        isinstance(values, list) and values and isinstance(values[0], list) for _, values in parts
+    )
     full = np.full(n, math.nan, dtype=object if listed else np.float64)
     for rows, values in parts:
         if len(rows):

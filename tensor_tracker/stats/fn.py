@@ -15,8 +15,8 @@ from .binning import HistogramFn, add_hist_derivers
 from .builtin import plan
 from .kernels import F64, NAN, Core, compute_dtype, flat, host_tensor
 from .layout import Layout, column
-from .store import StatsStore
 from .spec import DEFAULT, CustomName, Histogram, Item, Statistic, item_name, parse_items
+from .store import StatsStore
 from .values import Stats
 
 __all__ = ["Spec", "StatsFn", "compute", "parse"]

@@ -1,0 +1,184 @@
+"""Columnar recording: `Columns` as a list of stashes, the `StatsStore`, and what a
+statistics recording costs in memory."""
+
+from __future__ import annotations
+
+import pickle
+import tracemalloc
+
+import pytest
+import torch
+from torch import nn
+
+from tensor_tracker import Stash, Tracker, track
+from tensor_tracker.core.columns import GRAD, OBJECT, STASH, TRAINING, TUPLE, Columns
+from tensor_tracker.data.frame import to_frame
+from tensor_tracker.stats import Stats, compute, histogram, parse
+from tensor_tracker.stats import store as store_module
+from tests.helpers import mlp
+
+
+def _columns() -> Columns:
+    cols = Columns()
+    a = cols.site_id("a", nn.Linear, "output", "")
+    b = cols.site_id("b", nn.ReLU, "param", "weight")
+    assert cols.site_id("a", nn.Linear, "output", "") == a  # each site once
+    cols.add_object(a, 0, 3, TRAINING, torch.ones(1))
+    cols.add_object(b, 1, 3, GRAD | TUPLE, torch.zeros(1))
+    cols.add_object(a, 0, 7, 0, torch.full((1,), 2.0))
+    return cols
+
+
+def test_rows_read_as_stashes() -> None:
+    cols = _columns()
+    assert len(cols) == 3 and len(cols.sites) == 2
+    first, second, third = cols
+    assert (first.name, first.type, first.grad, first.step, first.training) == (
+        "a",
+        nn.Linear,
+        False,
+        3,
+        True,
+    )
+    assert (second.kind, second.attr, second.call, second.grad, second.training) == (
+        "param",
+        "weight",
+        1,
+        True,
+        False,
+    )
+    assert isinstance(second.value, tuple) and torch.equal(second.value[0], torch.zeros(1))
+    assert third.step == 7 and [cols.step_at(i) for i in range(3)] == [3, 3, 7]
+    assert cols[-1] is third and cols[0:2] == [first, second]
+    with pytest.raises(IndexError, match="out of range"):
+        cols[3]
+
+
+def test_a_stash_read_twice_is_one_object_while_alive() -> None:
+    cols = _columns()
+    stash = cols[1]
+    stash.attr = "edited"
+    assert cols[1] is stash and cols[1].attr == "edited"
+
+
+def test_list_behaviour_for_stashes_added_by_hand() -> None:
+    cols = _columns()
+    extra = Stash("x", nn.Tanh, False, 5, step=9)
+    cols.append(extra)
+    assert cols[3] is extra and cols.flags[3] & STASH
+    cols.insert(0, Stash("y", nn.Tanh, True, 6))
+    assert [s.name for s in cols] == ["y", "a", "b", "a", "x"]
+    del cols[1]
+    cols[0] = Stash("z", nn.Tanh, True, 7)
+    assert [s.name for s in cols] == ["z", "b", "a", "x"]
+    assert cols == list(cols) and cols != [1]
+    cols.clear()
+    assert len(cols) == 0 and list(cols) == [] and cols.objects == []
+
+
+def test_pickles_as_a_plain_list() -> None:
+    loaded = pickle.loads(pickle.dumps(_columns()))
+    assert type(loaded) is list and [s.step for s in loaded] == [3, 3, 7]
+
+
+def test_stats_tracker_keeps_no_object_per_stash() -> None:
+    model = mlp()
+    x = torch.randn(3, 4)
+    with track(model, stats=True) as t:
+        model(x).sum().backward()
+    assert t.stashes.objects == [] and all(not f & OBJECT for f in t.stashes.flags)
+    # The same values as the statistics computed directly.
+    hidden = model[0](x)
+    assert t[0].value.to_dict() == pytest.approx(compute(hidden).to_dict())
+    grads = [s for s in t if s.grad]
+    assert all(isinstance(s.value, tuple) and isinstance(s.value[0], Stats) for s in grads)
+    # The root returns its last child's output object: one row of statistics for both.
+    assert t.stashes.ref[2] == t.stashes.ref[3] and t.stashes.store is not None
+    assert len(t.stashes.store) == 6  # 3 forward + 3 gradient tensors, not 8
+
+
+def test_frame_from_columns_equals_frame_of_the_stashes() -> None:
+    # Tuple outputs (attention) and histograms are kept as objects: both paths meet.
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    with track(model, stats=[*parse(True).names, histogram(bins=4)]) as t:
+        model(torch.randn(2, 3, 8)).sum().backward()
+    assert t.stashes.objects  # some rows are objects
+    columnar = t.to_frame()
+    from_list = to_frame(list(t), stats_names=columnar.columns[8:].tolist())
+    assert columnar.equals(from_list)
+    assert columnar["hist"].map(len).eq(4).all()
+
+
+def test_statistics_recording_memory_per_stash() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    x = torch.randn(2, 4)
+    with track(model, stats=True) as t:
+        model(x).sum().backward()
+        t.step()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(1500):
+            model(x).sum().backward()
+            t.step()
+        grown = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+    stashes = len(t) - 8
+    # A Stash + Stats object per record is ~400 bytes; the columns hold ~60 (plus the
+    # gradient hook handles of recent steps, pruned as the run goes on).
+    assert grown / stashes < 80, grown / stashes
+
+
+def test_device_rows_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The accelerator path (rows written into preallocated buffers), run on the CPU.
+    monkeypatch.setattr(store_module, "_CHUNK", 2)
+    fn = parse(["mean", "max"])
+    rows = store_module._DeviceRows(fn.layout.width, torch.device("cpu"))
+    tensors = [torch.tensor([1.0, 3.0]), torch.tensor([-2.0]), torch.empty(0), torch.ones(4)]
+    for i, tensor in enumerate(tensors):
+        raw, numel = fn.raw(tensor)
+        raw = torch.tensor(raw, dtype=torch.float64) if raw else raw
+        assert rows.add(raw, numel, fn.layout) == i
+    assert len(rows.chunks) == 2
+    assert rows.get(0, fn.layout).to_dict() == {"mean": 2.0, "max": 3.0}
+    assert rows.get(3, fn.layout).numel == 4
+    table = rows.table()
+    assert table.shape == (4, fn.layout.width) and table[1, 0] == -2.0
+    empty = rows.get(2, fn.layout)
+    assert empty.numel == 0
+    torch.testing.assert_close(empty.raw, fn.layout._empty_raw(empty.raw.device), equal_nan=True)
+
+
+def test_store_table_reads_the_rows_asked_for() -> None:
+    store = parse(["max", "numel"]).store()
+    refs = [store.put(torch.full((n,), float(n))) for n in (1, 2, 3)]
+    raw, numel = store.table(torch.tensor(refs[::-1]))
+    assert numel.tolist() == [3.0, 2.0, 1.0] and raw[:, 1].tolist() == [3.0, 2.0, 1.0]
+    assert store.nbytes == 3 * store.layout.width * 8
+    store.clear()
+    assert len(store) == 0 and store.nbytes == 0
+
+
+def test_tracker_nbytes_and_clear_with_the_store() -> None:
+    model = mlp()
+    with track(model, stats=["max"]) as t:
+        model(torch.randn(2, 4)).sum().backward()
+    assert t.nbytes == 6 * 2 * 8  # 6 distinct tensors, a 2-slot raw vector each
+    t.clear()
+    assert len(t) == 0 and t.nbytes == 0 and t.to_frame().empty
+
+
+def test_custom_stash_function_keeps_its_objects() -> None:
+    class Mine(Stash):
+        pass
+
+    def stash(event: object) -> Stash:
+        e = event
+        return Mine(e.name, e.type, e.grad, None)  # type: ignore[attr-defined]
+
+    model = mlp()
+    t = Tracker(stash)
+    t.register_all(model)
+    model(torch.randn(1, 4)).sum().backward()
+    t.unregister()
+    assert all(type(s) is Mine for s in t) and t[0] is t.stashes.objects[0]
