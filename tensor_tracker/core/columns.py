@@ -13,7 +13,7 @@ column        type      meaning
 ``site``      int32     index into `sites`: (module name, module class, kind, attr);
                         -1 for a row holding a whole `Stash` object
 ``call``      int32     which call of the module in its step
-``flags``     uint8     `GRAD` | `TRAINING` | `TUPLE` | `OBJECT` | `STASH` bits
+``flags``     uint8     `GRAD` | `TRAINING` | `TUPLE` | `OBJECT` | `STASH` | `REFS` bits
 ``ref``       int64     where the value is: an index into `objects` (`OBJECT`, `STASH`),
                         else a reference into the `ValueStore` (e.g. a statistics row)
 step          int64     run-length encoded: `step_rows[k]` is the first row of the run
@@ -36,7 +36,17 @@ from torch import Tensor, nn
 
 from .records import Kind, Stash
 
-__all__ = ["GRAD", "OBJECT", "STASH", "TRAINING", "TUPLE", "Columns", "Site", "ValueStore"]
+__all__ = [
+    "GRAD",
+    "OBJECT",
+    "REFS",
+    "STASH",
+    "TRAINING",
+    "TUPLE",
+    "Columns",
+    "Site",
+    "ValueStore",
+]
 
 GRAD = 1
 """Flag: the row holds gradients."""
@@ -48,6 +58,9 @@ OBJECT = 8
 """Flag: `ref` indexes `objects` (a value kept as a Python object)."""
 STASH = 16
 """Flag: `objects[ref]` is a whole `Stash` (built by a user's `stash=`, or added by hand)."""
+REFS = 32
+"""Flag (with `OBJECT`): `objects[ref]` is a tuple of `ValueStore` references and `None`s,
+standing for a tuple of the values they refer to (e.g. attention's `(output, None)`)."""
 
 
 class Site(NamedTuple):
@@ -159,6 +172,9 @@ class Columns(MutableSequence[Stash]):
         ref = self.ref[row]
         if flags & STASH:
             return self.objects[ref].value
+        if flags & REFS:
+            get = self._store().get
+            return tuple(None if r is None else get(r) for r in self.objects[ref])
         value = self.objects[ref] if flags & OBJECT else self._store().get(ref)
         return (value,) if flags & TUPLE else value
 

@@ -36,7 +36,7 @@ from ..errors import (
     MemoryBudgetError,
     TrackerStateError,
 )
-from .columns import GRAD, TRAINING, TUPLE, Columns
+from .columns import GRAD, REFS, TRAINING, TUPLE, Columns
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
 from .memo import RecentTensors
 from .records import Kind, Origin, Stash, StashFn, StashValueFn
@@ -86,6 +86,19 @@ def _value_nbytes(value: Any, seen: set[int] | None = None) -> int:
             if isinstance(size, int):
                 total += size
     return total
+
+
+def _flat_tensors(value: Any) -> bool:
+    """Whether `value` is a plain tuple of tensors and `None`s, with at least one tensor."""
+    if type(value) is not tuple:
+        return False
+    found = False
+    for item in value:
+        if isinstance(item, Tensor):
+            found = True
+        elif item is not None:
+            return False
+    return found
 
 
 _R = TypeVar("_R", bound="Recorder")
@@ -586,16 +599,23 @@ class Recorder:
             return
         columns = self.stashes
         store = columns.store
-        if store is not None and isinstance(value, Tensor):
+        if store is not None and (isinstance(value, Tensor) or _flat_tensors(value)):
             before = store.nbytes if self._max_bytes is not None else 0
             try:
-                ref = store.put(value)
+                refs: int | tuple[int | None, ...] = (
+                    store.put(value)
+                    if isinstance(value, Tensor)
+                    else tuple(None if v is None else store.put(v) for v in value)
+                )
             except Exception:  # the object path records it, or says why it could not
                 pass
             else:
                 if self._max_bytes is not None:
                     self._count(site, flags, store.nbytes - before)
-                columns.add(site, call, step, flags, ref)
+                if isinstance(refs, int):
+                    columns.add(site, call, step, flags, refs)
+                else:  # e.g. attention's (output, None)
+                    columns.add_object(site, call, step, flags | REFS, refs)
                 return
         # The standard StashFn's result, without building an Event or a Stash.
         kept = keep(value, stash_value)

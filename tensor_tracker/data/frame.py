@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .._optional import require
-from ..core.columns import GRAD, OBJECT, STASH, TRAINING, Columns
+from ..core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, Columns
 from ..core.records import Stash, first_value
 from ..core.structure import iter_leaves
 from ..errors import ArgumentTypeError, ArgumentValueError, NotRecordedError
@@ -128,13 +128,13 @@ def _meta_columns(cols: Columns, objects: dict[int, Stash]) -> dict[str, Any]:
     return out
 
 
-def _store_table(cols: Columns, rows: Any) -> dict[str, Any]:
-    """The statistics of the rows kept in the tracker's `StatsStore`, as numpy columns."""
+def _store_table(cols: Columns, refs: Any) -> dict[str, Any]:
+    """The statistics under `refs` (int64 array) in the tracker's `StatsStore`, as numpy
+    columns."""
     store = cols.store
-    if not len(rows) or not isinstance(store, StatsStore):
+    if not len(refs) or not isinstance(store, StatsStore):
         return {}
-    refs = torch.from_numpy(require("numpy", "pandas").frombuffer(cols.ref, dtype="int64")[rows])
-    raw, numel = store.table(refs)
+    raw, numel = store.table(torch.from_numpy(refs))
     derived = store.layout.derive(raw, numel)
     return {k: v.tolist() if v.dim() == 2 else v.numpy() for k, v in derived.items()}
 
@@ -171,14 +171,20 @@ def to_frame(
         cols.extend(stashes)
     n = len(cols)
     flags = np.frombuffer(cols.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
+    refs = np.frombuffer(cols.ref, dtype=np.int64) if n else np.empty(0, np.int64)
     in_store = (flags & (OBJECT | STASH)) == 0
-    values = {int(i): cols.value_at(int(i)) for i in np.flatnonzero(~in_store)}
+    # Tuples of store references: their first statistics are read with the store's rows.
+    tuples = np.flatnonzero(flags & REFS)
+    first_refs = [next(r for r in cols.objects[refs[i]] if r is not None) for i in tuples]
+    others = np.flatnonzero(~in_store & ((flags & REFS) == 0))
+    values = {int(i): cols.value_at(int(i)) for i in others}
     whole = {i: cols.objects[cols.ref[i]] for i in values if cols.flags[i] & STASH}
     columns = _meta_columns(cols, whole)
 
     # Statistics: a block per source (the store's rows, the Stats objects of other rows).
-    store_rows = np.flatnonzero(in_store)
-    blocks: list[tuple[Any, dict[str, Any]]] = [(store_rows, _store_table(cols, store_rows))]
+    store_rows = np.concatenate([np.flatnonzero(in_store), tuples])
+    store_refs = np.concatenate([refs[in_store], np.array(first_refs, dtype=np.int64)])
+    blocks: list[tuple[Any, dict[str, Any]]] = [(store_rows, _store_table(cols, store_refs))]
     found = {i: _first_stats(v) for i, v in values.items()}
     with_stats = [i for i, v in found.items() if v is not None]
     blocks.append((with_stats, stats_table([found[i] for i in with_stats])))  # type: ignore[misc]

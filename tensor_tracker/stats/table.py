@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +42,7 @@ def stats_table(stats: Sequence[Stats]) -> dict[str, list[Any]]:
         return {}
     groups: dict[tuple[Layout, torch.device], list[int]] = {}
     for i, s in enumerate(stats):
-        key = (s.layout, s.raw.device)
+        key = (s.layout, s.device)
         rows = groups.get(key)
         if rows is None:
             rows = groups[key] = []
@@ -56,9 +57,15 @@ def stats_table(stats: Sequence[Stats]) -> dict[str, list[Any]]:
     whole = len(groups) == 1
     scalar: dict[str, Tensor] = {}
     listed: dict[str, list[Any]] = {}
-    for blocks in by_device.values():
-        raws = [stats[i].raw for _, rows in blocks for i in rows]
-        host = torch.cat(raws).to("cpu", F64)
+    for device, blocks in by_device.items():
+        if device.type == "cpu":  # host floats: no tensor per Stats
+            values = array("d")
+            for _, rows in blocks:
+                for i in rows:
+                    values.extend(stats[i]._host_values())
+            host = torch.frombuffer(values, dtype=F64) if values else torch.empty(0, dtype=F64)
+        else:
+            host = torch.cat([stats[i].raw for _, rows in blocks for i in rows]).to("cpu", F64)
         start = 0
         for layout, rows in blocks:
             stop = start + len(rows) * layout.width

@@ -16,6 +16,8 @@ from .spec import Histogram
 
 __all__ = ["Stats"]
 
+_CPU = torch.device("cpu")
+
 
 class Stats:
     """Statistics of one tensor, still on the tensor's device.
@@ -62,6 +64,15 @@ class Stats:
             raw = self._raw = host_tensor(self._floats)
             self._floats = None
         return raw
+
+    @property
+    def device(self) -> torch.device:
+        """The device the statistics are on (that of the tensor they describe)."""
+        return _CPU if self._raw is None else self._raw.device
+
+    def _host_values(self) -> list[float]:
+        # The raw numbers as host floats, without building a tensor for CPU statistics.
+        return self._floats if self._floats is not None else self.raw.tolist()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Stats, (self.layout, self.raw, self.numel))

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from tensor_tracker import Stash, Tracker, track
-from tensor_tracker.core.columns import GRAD, OBJECT, STASH, TRAINING, TUPLE, Columns
+from tensor_tracker.core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, TUPLE, Columns
 from tensor_tracker.data.frame import to_frame
 from tensor_tracker.stats import Stats, compute, histogram, parse
 from tensor_tracker.stats import store as store_module
@@ -98,12 +98,16 @@ def test_stats_tracker_keeps_no_object_per_stash() -> None:
 
 
 def test_frame_from_columns_equals_frame_of_the_stashes() -> None:
-    # Tuple outputs (attention) and histograms are kept as objects: both paths meet.
+    # Attention returns (output, None): a tuple of store references; histograms too.
     torch.manual_seed(0)
     model = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
     with track(model, stats=[*parse(True).names, histogram(bins=4)]) as t:
         model(torch.randn(2, 3, 8)).sum().backward()
-    assert t.stashes.objects  # some rows are objects
+    tuples = [i for i, f in enumerate(t.stashes.flags) if f & REFS]
+    assert len(tuples) == 2  # self_attn's output and its gradient
+    attention = t[tuples[0]].value
+    assert isinstance(attention, tuple) and attention[1] is None
+    assert isinstance(attention[0], Stats) and attention[0]["hist"].shape == (4,)
     columnar = t.to_frame()
     from_list = to_frame(list(t), stats_names=columnar.columns[8:].tolist())
     assert columnar.equals(from_list)
