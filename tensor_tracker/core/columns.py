@@ -14,7 +14,7 @@ column        type      meaning
                         -1 for a row holding a whole `Stash` object
 ``call``      int32     which call of the module in its step
 ``flags``     uint8     `GRAD` | `TRAINING` | `TUPLE` | `OBJECT` | `STASH` | `REFS` bits
-``ref``       int64     where the value is: an index into `objects` (`OBJECT`, `STASH`),
+``ref``       int32     where the value is: an index into `objects` (`OBJECT`, `STASH`),
                         else a reference into the `ValueStore` (e.g. a statistics row)
 step          int64     run-length encoded: `step_rows[k]` is the first row of the run
                         whose step is `step_values[k]` (steps change once per step)
@@ -117,7 +117,7 @@ class Columns(MutableSequence[Stash]):
         self.site = array("i")
         self.call = array("i")
         self.flags = array("B")
-        self.ref = array("q")
+        self.ref = array("i")
         self.step_rows = array("q")
         self.step_values = array("q")
         self._last_step: int | None = None

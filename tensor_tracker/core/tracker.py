@@ -157,13 +157,13 @@ class _Registration:
         self.type = type(module)
         self.grad = grad
         self.calls = 0
-        self.sites: dict[tuple[Kind, str], int] = {}  # see Recorder._origin
+        self.sites: dict[tuple[Kind, str], int] = {}  # see Recorder._site
         self.param_step = -1
         # The last call that ran without autograd (as in reentrant activation checkpointing)
-        # and the (kind, attr) whose gradients were hooked all the same (tensors that
-        # required grad already): a recomputation of that call hooks the others.
+        # and the sites (output, an input...) whose gradients were hooked all the same
+        # (tensors that required grad already): a recomputation of that call hooks the others.
         self.no_grad_call = -1
-        self.no_grad_hooked: set[int] = set()  # sites
+        self.no_grad_hooked: set[int] = set()
         self.params = list(module.named_parameters(recurse=False))
         self.arg_names: tuple[str, ...] = ()
         try:

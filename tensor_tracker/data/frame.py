@@ -171,7 +171,7 @@ def to_frame(
         cols.extend(stashes)
     n = len(cols)
     flags = np.frombuffer(cols.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
-    refs = np.frombuffer(cols.ref, dtype=np.int64) if n else np.empty(0, np.int64)
+    refs = np.frombuffer(cols.ref, dtype=np.int32).astype(np.int64) if n else np.empty(0, np.int64)
     in_store = (flags & (OBJECT | STASH)) == 0
     # Tuples of store references: their first statistics are read with the store's rows.
     tuples = np.flatnonzero(flags & REFS)

@@ -28,6 +28,8 @@ __all__ = ["StatsStore"]
 _SLOT_BITS = 4
 _SLOTS = 1 << _SLOT_BITS
 _CHUNK = 4096  # rows per device buffer
+# References are int32 in a tracker's columns (4 bytes per record less than int64).
+_MAX_ROWS = (2**31 - 1) >> _SLOT_BITS
 
 
 class _HostRows:
@@ -127,7 +129,11 @@ class StatsStore:
         slot = self._slots.get(tensor.device)
         if slot is None:
             slot = self._slot(tensor.device)
-        ref = self._parts[slot].add(raw, numel, self.layout) << _SLOT_BITS | slot
+        part = self._parts[slot]
+        if len(part.numel) == _MAX_ROWS:
+            # The tracker then keeps these statistics as objects instead.
+            raise TrackerStateError(f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device")
+        ref = part.add(raw, numel, self.layout) << _SLOT_BITS | slot
         self._recent.put(tensor, ref)
         return ref
 

@@ -186,3 +186,14 @@ def test_custom_stash_function_keeps_its_objects() -> None:
     model(torch.randn(1, 4)).sum().backward()
     t.unregister()
     assert all(type(s) is Mine for s in t) and t[0] is t.stashes.objects[0]
+
+
+def test_a_full_store_falls_back_to_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "_MAX_ROWS", 2)
+    model = mlp()
+    x = torch.randn(2, 4)
+    with track(model, stats=["max"]) as t:
+        model(x).sum().backward()
+    assert len(t.stashes.store) == 2 and len(t.stashes.objects) == len(t) - 2
+    assert t[0].value.to_dict() == pytest.approx(compute(model[0](x), ["max"]).to_dict())
+    assert t.to_frame()["max"].notna().all()
