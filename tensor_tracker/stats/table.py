@@ -59,11 +59,11 @@ def stats_table(stats: Sequence[Stats]) -> dict[str, list[Any]]:
     listed: dict[str, list[Any]] = {}
     for device, blocks in by_device.items():
         if device.type == "cpu":  # host floats: no tensor per Stats
-            values = array("d")
+            floats = array("d")
             for _, rows in blocks:
                 for i in rows:
-                    values.extend(stats[i]._host_values())
-            host = torch.frombuffer(values, dtype=F64) if values else torch.empty(0, dtype=F64)
+                    floats.extend(stats[i]._host_values())
+            host = torch.frombuffer(floats, dtype=F64) if floats else torch.empty(0, dtype=F64)
         else:
             host = torch.cat([stats[i].raw for _, rows in blocks for i in rows]).to("cpu", F64)
         start = 0
