@@ -53,5 +53,6 @@ def _doctest_namespace(doctest_namespace: dict[str, Any]) -> None:
         opt=opt,
         loss_fn=lambda out: out.pow(2).mean(),
         Recorder=tensor_tracker.core.tracker.Recorder,
+        first_nonfinite=tensor_tracker.first_nonfinite,
         **{name: getattr(tensor_tracker.stats, name) for name in tensor_tracker.stats.__all__},
     )

@@ -29,6 +29,7 @@ from .core.stash_fns import (
 )
 from .core.structure import rmap_tensor
 from .data.frame import to_frame
+from .data.nonfinite import NonFinite, first_nonfinite
 from .errors import MemoryBudgetError
 from .stats import Stats, formats
 
@@ -37,6 +38,7 @@ __all__ = [
     "Event",
     "Kind",
     "MemoryBudgetError",
+    "NonFinite",
     "Stash",
     "StashFn",
     "StashValueFn",
@@ -46,6 +48,7 @@ __all__ = [
     "default_stash",
     "default_stash_value",
     "errors",
+    "first_nonfinite",
     "formats",
     "get_stash_fn",
     "integrations",

@@ -3,4 +3,5 @@
 Needs no plotting library, so figures, viewers, reports and exporters all build on it.
 
 - `frame`: `to_frame`, the recording as a pandas DataFrame.
+- `nonfinite`: `first_nonfinite`, where the first NaN or infinity appeared.
 """

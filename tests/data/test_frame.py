@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 import tensor_tracker
-from tensor_tracker import Stash, Tracker, track
+from tensor_tracker import Stash, Tracker, first_nonfinite, track
 from tests.helpers import mlp
 
 
@@ -107,8 +107,9 @@ def test_an_empty_statistics_tracker_has_the_statistic_columns() -> None:
     df = t.to_frame()
     cols = ["mean", "std", "rms", "abs_max", "min", "max"]
     assert set(cols) <= set(df.columns)
-    first_bad_step = df[~np.isfinite(df[cols]).all(axis=1)].step.min()  # the README's line
+    first_bad_step = df[~np.isfinite(df[cols]).all(axis=1)].step.min()  # pandas on it works
     assert first_bad_step != first_bad_step  # NaN: no bad step
+    assert first_nonfinite(t) is None
 
 
 def test_plain_and_statistics_stashes_share_a_frame_without_clobbering() -> None:
