@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_bool
+from ._optional import require
+from ._validate import check_bool, check_choices, check_type
 from .core.records import StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
 from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
 from .data.frame import to_frame
-from .errors import ArgumentValueError
+from .data.nonfinite import NonFinite, first_nonfinite
+from .errors import ArgumentValueError, NonFiniteError
 from .stats import StatsFn, parse
+from .stats.store import StatsStore
 
 if TYPE_CHECKING:
     import pandas
@@ -84,6 +88,7 @@ def track(
     sample: int | None = None,
     seed: int = 0,
     non_blocking: bool = False,
+    on_nonfinite: str | Callable[[NonFinite | None], Any] | None = None,
 ) -> Tracker:
     """Track what the modules of `module` compute; use it as a context manager.
 
@@ -190,6 +195,14 @@ def track(
         sample: keep this many random elements of each tensor.
         seed: seed for `sample`.
         non_blocking: asynchronous GPU-to-CPU copies into pinned memory.
+        on_nonfinite: a tripwire for NaN and infinities (needs `stats=` with `min`/`max`,
+            as `stats=True` has): `"raise"` stops at the end of the first backward pass
+            (or at `step()`) that recorded one, before `optimizer.step()` can write it into
+            the weights, with a `NonFiniteError` naming where it appeared (see
+            `first_nonfinite`; the hooks are removed, the stashes kept); `"warn"` warns
+            once and goes on; a function is called once with the `NonFinite` (`None` when
+            the value was not the first tensor of an output, which `first_nonfinite` reads). The check
+            adds no host synchronisation to the hooks: one per backward pass.
 
     Returns:
         A `Tracker`: a sequence of `Stash` with `to_frame()`, `step()`, `nbytes`.
@@ -197,7 +210,8 @@ def track(
     Raises:
         TypeError: `module` is not an `nn.Module`, or an argument has the wrong type.
         ValueError: an invalid regex, `stash` together with `stash_value`, `stats=` or copy
-            options combined with a custom `stash`/`stash_value`, or an unknown statistic.
+            options combined with a custom `stash`/`stash_value`, an unknown statistic, or
+            `on_nonfinite=` without the statistics it reads.
         Nothing is attached to the model when an argument is rejected.
     """
     _check_module(module)
@@ -233,5 +247,52 @@ def track(
         train_only=train_only,
         max_bytes=max_bytes,
     )
+    if on_nonfinite is not None:
+        _arm_tripwire(tracker, on_nonfinite)
     tracker.register_all(module, grad=grad, include=include, exclude=exclude)
     return tracker
+
+
+def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | None], Any]) -> None:
+    """Set up `track(..., on_nonfinite=...)` (before any hook is attached)."""
+    if not callable(on_nonfinite):
+        check_type(on_nonfinite, str, "on_nonfinite=", '"raise", "warn", a function or None')
+        check_choices({on_nonfinite}, "on_nonfinite=", ("raise", "warn"))
+    require("pandas", "pandas")  # to say where it appeared
+    store = tracker.stashes.store
+    if not isinstance(store, StatsStore):
+        raise ArgumentValueError(
+            "on_nonfinite= reads the statistics of each tensor: pass stats=True (or a stats= "
+            "list with min and max)"
+        )
+    store.watch()
+
+    def handler() -> None:
+        found = first_nonfinite(tracker)
+        if found is None:
+            # first_nonfinite reads the first tensor of each value, as to_frame does.
+            message = (
+                "tensor_tracker: a NaN or infinity was recorded in a tensor that is not the "
+                "first of its module's output (e.g. the second element of a tuple), so "
+                "first_nonfinite cannot place it."
+            )
+        else:
+            where = f"{found.name or '<root>'!r} ({'backward' if found.grad else 'forward'})"
+            message = (
+                f"tensor_tracker: a NaN or infinity appeared at step {found.step} in {where}: "
+                f"{found.explanation}."
+            )
+        if on_nonfinite == "raise":
+            tracker.unregister()
+            raise NonFiniteError(
+                f"{message} Tracking stopped (hooks removed); the {len(tracker)} stashes so "
+                "far are kept; the error's .found has the details.",
+                found,
+            )
+        if on_nonfinite == "warn":
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        else:
+            assert callable(on_nonfinite)
+            on_nonfinite(found)
+
+    tracker._watch_nonfinite(store.nonfinite, handler)

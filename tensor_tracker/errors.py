@@ -13,7 +13,9 @@ built-ins keeps working:
 - a tracker used in a state where the call cannot work (entering a tracker whose modules
   were unregistered, ...): `TrackerStateError` (a `RuntimeError`);
 - an optional extra (pandas, matplotlib, ...) that is not installed: `MissingExtraError`
-  (an `ImportError`).
+  (an `ImportError`);
+- a NaN or infinity recorded under `track(..., on_nonfinite="raise")`: `NonFiniteError`
+  (a `FloatingPointError`).
 
 Example:
     >>> from tensor_tracker.errors import ArgumentValueError
@@ -31,6 +33,7 @@ __all__ = [
     "ArgumentValueError",
     "MemoryBudgetError",
     "MissingExtraError",
+    "NonFiniteError",
     "NotRecordedError",
     "TensorTrackerError",
     "TrackerStateError",
@@ -67,3 +70,16 @@ class MissingExtraError(TensorTrackerError, ImportError):
 
 class TrackerStateError(TensorTrackerError, RuntimeError):
     """The call cannot work in the object's current state; the message says what to do."""
+
+
+class NonFiniteError(TensorTrackerError, FloatingPointError):
+    """A NaN or infinity was recorded while `track(..., on_nonfinite="raise")` watched; the
+    message says where it appeared, the hooks are removed and the stashes kept.
+
+    Attributes:
+        found: the `tensor_tracker.NonFinite` describing where it appeared.
+    """
+
+    def __init__(self, message: str, found: object) -> None:
+        super().__init__(message)
+        self.found = found

@@ -21,6 +21,7 @@ from .._torch_compat import (
     dynamo_has_compiled_code,
     forget_compiled_code,
     graph_task_id,
+    queue_at_end_of_backward,
 )
 from .._validate import (
     check_bool,
@@ -276,6 +277,9 @@ class Recorder:
         # A few, not one: a parent returning (loss, logits) hooks loss before it meets its
         # child's logits again.
         self._recent_taps = RecentTensors[Tap](8)
+        # See `_watch_nonfinite`.
+        self._nonfinite: tuple[Callable[[], bool], Callable[[], None]] | None = None
+        self._watched_task = -1
 
     # -- registration ------------------------------------------------------------------
 
@@ -365,6 +369,7 @@ class Recorder:
         """
         if n is not None:
             check_int(n, "step(n): n")
+        self._check_nonfinite()  # forward-only loops have no end of backward
         self._step = self._step + 1 if n is None else n
         self._step_count += 1
         for registration in self._registrations:
@@ -379,6 +384,20 @@ class Recorder:
             self._attach(registration)
         if self._compiled and self._attached:
             self._forget_compiled_code()
+
+    def _watch_nonfinite(self, seen: Callable[[], bool], handler: Callable[[], None]) -> None:
+        """At the end of every backward pass that records gradients, and at `step()`, call
+        `handler` if `seen()` (which may wait for the device: once per pass, never in a
+        hook) says a non-finite value was recorded; `handler` may raise, which the
+        `backward()` call then raises, before any optimizer step."""
+        self._nonfinite = (seen, handler)
+
+    def _check_nonfinite(self) -> None:
+        if self._nonfinite is not None:
+            seen, handler = self._nonfinite
+            if seen():
+                self._nonfinite = None  # once: the handler decides what happens next
+                handler()
 
     def _forget_compiled_code(self) -> None:
         """Make compiled models see the hooks just attached (see `_torch_compat`)."""
@@ -593,6 +612,11 @@ class Recorder:
     ) -> None:
         """Keep `value` as record (`site`, `call`, `step`, `flags`); with `TUPLE` in `flags`,
         `value` is the one gradient of a 1-tuple."""
+        if self._nonfinite is not None and flags & GRAD:
+            task = graph_task_id()
+            if task != self._watched_task:
+                self._watched_task = task
+                queue_at_end_of_backward(self._check_nonfinite)
         stash_value = self._default_value
         if stash_value is None:
             self._record_custom(site, call, step, flags, value, args, kwargs)

@@ -83,8 +83,11 @@ def _nonfinite_column(frame: pandas.DataFrame, stashes: Sequence[Stash]) -> Any:
     bad = ~np.isfinite(values).all(axis=1)
     # Empty tensors and values without statistics have NaN there too.
     if "numel" in frame.columns:
-        return bad & (frame["numel"].to_numpy(dtype=np.float64) > 0)
-    return bad & ~np.isnan(values).all(axis=1)
+        numel = frame["numel"].to_numpy(dtype=np.float64)
+    else:
+        found = (_first_stats(s.value) for s in stashes)
+        numel = np.array([0 if f is None else f.numel for f in found], dtype=np.float64)
+    return bad & (numel > 0)
 
 
 def _enclosing(name: str, names: set[str]) -> str:
@@ -116,8 +119,9 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
       computed outside the model, when none was);
     - a **parameter** or **optimizer state**: it was already there (an earlier update).
 
-    With `stats=` the check reads the recorded `min`/`max` (or `nonfinite`), which cost
-    nothing more to record and need no copy; with full copies, every tensor is checked.
+    With `stats=` the check reads the recorded `min`/`max` (or `nonfinite`) of the first
+    tensor of each value, as `to_frame` shows them; with full copies, every tensor of each
+    value is checked. `track(..., on_nonfinite="raise")` stops a run at the first one.
 
     Args:
         recording: a `Tracker` (or a list of `Stash`).

@@ -13,7 +13,7 @@ from ..core.memo import LastTensorMemo
 from ..errors import ArgumentValueError, TrackerStateError
 from .binning import HistogramFn, add_hist_derivers
 from .builtin import plan
-from .kernels import F64, NAN, Core, compute_dtype, flat, host_tensor
+from .kernels import F64, GROUPS, NAN, Core, compute_dtype, flat, host_tensor
 from .layout import Layout, column
 from .spec import DEFAULT, CustomName, Histogram, Item, Statistic, item_name, parse_items
 from .store import StatsStore
@@ -101,6 +101,7 @@ class StatsFn:
         "_simple",
         "_spec_repr",
         "layout",
+        "watch_slots",
     )
 
     builtin_stash_value = True
@@ -157,6 +158,19 @@ class StatsFn:
         self._memo = LastTensorMemo(self._compute)
         # Only the core groups (the default set): one call, no parts to join.
         self._simple = core is not None and core.range is None and not customs and not hists
+        # Where a NaN or infinity shows in the raw vector: the min/max slots (non-finite
+        # exactly when the tensor is) and the non-finite count; -1 when not computed.
+        minmax = count = -1
+        offset = 0
+        for group in () if core is None else core.groups:
+            if group is GROUPS["minmax"]:
+                minmax = offset
+            elif group is GROUPS["nonfinite"]:
+                count = offset
+            offset += len(group.slots)
+        self.watch_slots = (minmax, count)
+        """Raw-vector positions of (`min`, then `max`) and of the non-finite count, -1 for
+        what is not computed: what `StatsStore.watch` reads."""
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ the recording is read (then one transfer per device).
 
 from __future__ import annotations
 
+import math
 from array import array
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..core.memo import RecentTensors
-from ..errors import TrackerStateError
+from ..errors import ArgumentValueError, TrackerStateError
 from .kernels import F64
 from .values import Stats
 
@@ -111,7 +112,7 @@ class StatsStore:
         ({'mean': 2.0, 'max': 3.0}, 32)
     """
 
-    __slots__ = ("_fn", "_parts", "_recent", "_slots", "layout")
+    __slots__ = ("_badness", "_fn", "_parts", "_recent", "_seen", "_slots", "_watch", "layout")
 
     def __init__(self, fn: StatsFn) -> None:
         self._fn = fn
@@ -119,6 +120,48 @@ class StatsStore:
         self._parts: list[_HostRows | _DeviceRows] = []
         self._slots: dict[torch.device, int] = {}
         self._recent = RecentTensors[int](1)
+        self._watch: tuple[int, int] | None = None
+        self._seen = False  # a non-finite value among host rows
+        # Per device, 0 while every watched row was finite (NaN or > 0 after one was not):
+        # summed on the device, read once by `nonfinite`.
+        self._badness: dict[torch.device, Tensor] = {}
+
+    def watch(self) -> None:
+        """From now on, note whether any tensor put holds a NaN or an infinity (read it
+        with `nonfinite`): a test of the `min`/`max` (or `nonfinite`) statistics already
+        computed, with no host synchronisation on accelerators.
+
+        Raises:
+            ValueError: the statistics include neither `min`/`max` nor `nonfinite`.
+        """
+        if self._fn.watch_slots == (-1, -1):
+            raise ArgumentValueError(
+                "on_nonfinite= reads the min and max statistics (or nonfinite); add them to "
+                "stats= (stats=True includes them)"
+            )
+        self._watch = self._fn.watch_slots
+
+    def nonfinite(self) -> bool:
+        """Whether a tensor put since `watch` (or the last `clear`) held a NaN or an
+        infinity; waits for the devices once."""
+        return self._seen or any(bool(b.item() != 0) for b in self._badness.values())
+
+    def _note(self, raw: list[float] | Tensor, device: torch.device) -> None:
+        assert self._watch is not None
+        minmax, count = self._watch
+        if isinstance(raw, list):
+            if (
+                minmax >= 0 and not (math.isfinite(raw[minmax]) and math.isfinite(raw[minmax + 1]))
+            ) or (count >= 0 and raw[count] > 0):
+                self._seen = True
+            return
+        badness = self._badness.get(device)
+        if badness is None:
+            badness = self._badness[device] = torch.zeros((), dtype=F64, device=device)
+        if minmax >= 0:
+            badness.add_(raw[minmax : minmax + 2].sum() * 0)  # NaN unless both are finite
+        if count >= 0:
+            badness.add_(raw[count])
 
     def put(self, tensor: Tensor) -> int:
         """Compute `tensor`'s statistics into the store; return their reference."""
@@ -126,6 +169,8 @@ class StatsStore:
         if ref is not None:
             return ref
         raw, numel = self._fn.raw(tensor)
+        if self._watch is not None and raw is not None:
+            self._note(raw, tensor.device)
         slot = self._slots.get(tensor.device)
         if slot is None:
             slot = self._slot(tensor.device)
@@ -176,6 +221,8 @@ class StatsStore:
         self._parts.clear()
         self._slots.clear()
         self._recent.clear()
+        self._seen = False
+        self._badness.clear()
 
     def __len__(self) -> int:
         return sum(len(p.numel) for p in self._parts)

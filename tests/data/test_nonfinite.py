@@ -9,7 +9,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensor_tracker import Stash, first_nonfinite, track
+from tensor_tracker import NonFinite, Stash, first_nonfinite, track
+from tensor_tracker.errors import NonFiniteError
+from tensor_tracker.stats import parse
+from tests.helpers import hook_count
 
 
 class Log(nn.Module):
@@ -156,3 +159,104 @@ def test_empty_tensors_and_missing_values_are_not_non_finite() -> None:
     with track(model, stats=True) as t:
         model(torch.ones(2))
     assert len(t) == 2 and first_nonfinite(t) is None
+
+
+# -- the tripwire: track(..., on_nonfinite=...) ---------------------------------------------
+
+
+def _train(model: nn.Sequential, t: Any, steps: int, bad_from: int) -> list[int]:
+    """SGD steps; the Log module makes NaN from step `bad_from` on. Returns the steps whose
+    optimizer step ran."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    done = []
+    for step in range(steps):
+        model[1].offset = 100.0 if step < bad_from else -100.0
+        optimizer.zero_grad()
+        model(torch.rand(2, 4)).sum().backward()
+        optimizer.step()
+        done.append(step)
+        t.step()
+    return done
+
+
+def test_the_tripwire_stops_before_the_optimizer_writes_nan() -> None:
+    model = _model(Log())
+    done: list[int] = []
+    with (
+        pytest.raises(NonFiniteError, match=r"step 2 in '1' \(forward\)") as info,
+        track(model, stats=True, on_nonfinite="raise") as t,
+    ):
+        done = _train(model, t, steps=5, bad_from=2)
+    assert isinstance(info.value, FloatingPointError)
+    assert info.value.found.name == "1" and info.value.found.step == 2
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # no NaN step ran
+    assert hook_count(model) == 0
+    assert {s.step for s in t} == {0, 1, 2} and len(t) > 0  # the stashes so far are kept
+    assert done == []  # _train never returned
+
+
+def test_the_tripwire_fires_at_step_without_backward() -> None:
+    model = _model(Log())
+    with track(model, stats=True, on_nonfinite="raise") as t:
+        model[1].offset = -100.0
+        with torch.no_grad():
+            model(torch.rand(2, 4))
+        with pytest.raises(NonFiniteError, match="step 0"):
+            t.step()
+    assert hook_count(model) == 0
+
+
+def test_the_tripwire_can_warn_or_call_back_once() -> None:
+    model = _model(Log())
+    with (
+        track(model, stats=True, on_nonfinite="warn") as t,
+        pytest.warns(RuntimeWarning, match="appeared at step 1"),
+    ):
+        _train(model, t, steps=3, bad_from=1)
+    assert len({s.step for s in t}) == 3  # training went on
+    seen: list[NonFinite] = []
+    model = _model(Log())
+    with track(model, stats=["min", "max"], on_nonfinite=seen.append) as t:
+        _train(model, t, steps=3, bad_from=2)
+    assert [(f.name, f.step) for f in seen] == [("1", 2)]
+
+
+def test_the_tripwire_reads_the_nonfinite_count_too() -> None:
+    model = _model(Log())
+    with (
+        pytest.raises(NonFiniteError),
+        track(model, stats=["nonfinite"], on_nonfinite="raise") as t,
+    ):
+        _train(model, t, steps=2, bad_from=1)
+
+
+def test_the_tripwire_on_the_device_path_of_the_store() -> None:
+    # Accelerator rows are noted with device ops and read once; run that code on the CPU.
+    store = parse(["mean", "min", "max"]).store()
+    store.watch()
+    cpu = torch.device("cpu")
+    store._note(torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=torch.float64), cpu)
+    assert not store.nonfinite()
+    store._note(torch.tensor([0.0, 1.0, -2.0, float("inf")], dtype=torch.float64), cpu)
+    assert store.nonfinite()
+    store.clear()
+    assert not store.nonfinite()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({}, ValueError, "stats=True"),
+        ({"stats": ["rms"]}, ValueError, "min and max"),
+        ({"stats": True, "on_nonfinite": "explode"}, ValueError, "on_nonfinite="),
+        ({"stats": True, "on_nonfinite": 3}, TypeError, "on_nonfinite="),
+    ],
+)
+def test_tripwire_arguments_are_checked_before_anything_is_attached(
+    options: dict[str, Any], error: type, match: str
+) -> None:
+    model = _model(nn.Tanh())
+    options = {"on_nonfinite": "raise", **options}
+    with pytest.raises(error, match=match):
+        track(model, **options)
+    assert hook_count(model) == 0
