@@ -54,5 +54,6 @@ def _doctest_namespace(doctest_namespace: dict[str, Any]) -> None:
         loss_fn=lambda out: out.pow(2).mean(),
         Recorder=tensor_tracker.core.tracker.Recorder,
         first_nonfinite=tensor_tracker.first_nonfinite,
+        summary=tensor_tracker.summary,
         **{name: getattr(tensor_tracker.stats, name) for name in tensor_tracker.stats.__all__},
     )

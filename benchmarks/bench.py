@@ -403,6 +403,35 @@ def frame_throughput(steps: int) -> None:
     print(f"\nStatistics held with stats=True: {per_stash:.0f} bytes per stash (target < 1 KiB).")
 
 
+def summary_cost(repeats: int) -> None:
+    """`summary()` on the d_model=256 benchmark transformer: its wall time, and the
+    forward+backward time it reports, each against an untracked training step (the
+    reported time should not be inflated by the summary's own hooks)."""
+    model = make_model(256, 4)
+    x = torch.randn(4, 64, 256)
+    untracked, wall, reported = [], [], []
+    for _ in range(repeats + 1):  # the first round warms up
+        start = time.perf_counter()
+        train_step(model, x)
+        untracked.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        s = tensor_tracker.summary(model, x, loss_fn=lambda out: out.square().mean())
+        wall.append(time.perf_counter() - start)
+        reported.append((s.forward_ms + s.backward_ms) / 1e3)
+    base = statistics.median(untracked[1:])
+    print(f"\n## summary() on the d_model=256 transformer (median of {repeats})\n")
+    print(f"- untracked training step: {1e3 * base:.1f} ms")
+    print(
+        f"- forward+backward time summary() reports: {1e3 * statistics.median(reported[1:]):.1f}"
+        f" ms ({statistics.median(reported[1:]) / base:.3f}x the untracked step)"
+    )
+    print(
+        f"- wall time of the summary() call (NaN checks, shapes, hooks): "
+        f"{1e3 * statistics.median(wall[1:]):.1f} ms ({statistics.median(wall[1:]) / base:.2f}x)"
+    )
+
+
 def training_run(steps: int, histogram: stats.Histogram | None = None) -> None:
     """Issue #5's configuration: a whole run with every=10, histograms, parameters. Steps of
     an untracked and a tracked copy of the model alternate; the ratio compares their total
@@ -461,7 +490,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=40, help="step pairs per configuration")
     parser.add_argument(
         "--part",
-        choices=["all", "overhead", "small", "memory", "frame", "training"],
+        choices=["all", "overhead", "small", "memory", "frame", "summary", "training"],
         default="all",
         help="run one part of the benchmark",
     )
@@ -488,6 +517,8 @@ def main() -> None:
         print(output.split("\n", 1)[1].rstrip())
     if part in ("all", "frame"):
         frame_throughput(20 if args.quick else 5_000)
+    if part in ("all", "summary"):
+        summary_cost(3 if args.quick else 20)
     if part in ("all", "training"):
         training_run(20 if args.quick else 200)
         if not args.quick:

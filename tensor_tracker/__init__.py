@@ -30,6 +30,7 @@ from .core.stash_fns import (
 from .core.structure import rmap_tensor
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
+from .data.summary import ModuleCall, Summary, summary
 from .errors import MemoryBudgetError
 from .stats import Stats, formats
 
@@ -38,11 +39,13 @@ __all__ = [
     "Event",
     "Kind",
     "MemoryBudgetError",
+    "ModuleCall",
     "NonFinite",
     "Stash",
     "StashFn",
     "StashValueFn",
     "Stats",
+    "Summary",
     "Tracker",
     "Unrecorded",
     "default_stash",
@@ -55,6 +58,7 @@ __all__ = [
     "plot",
     "rmap_tensor",
     "stats",
+    "summary",
     "to_frame",
     "track",
     "widgets",

@@ -4,4 +4,5 @@ Needs no plotting library, so figures, viewers, reports and exporters all build 
 
 - `frame`: `to_frame`, the recording as a pandas DataFrame.
 - `nonfinite`: `first_nonfinite`, where the first NaN or infinity appeared.
+- `summary`: `summary`, one pass of a model summarised per module call.
 """
