@@ -8,6 +8,7 @@ table like torchinfo's and an HTML table in notebooks.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import json
@@ -22,6 +23,7 @@ from .._optional import require
 from .._validate import check_callable, check_count, check_int, check_type
 from ..core.grad_hooks import hook_grad
 from ..core.structure import iter_tensors
+from ..errors import ArgumentTypeError
 from .frame import type_name
 
 if TYPE_CHECKING:
@@ -352,8 +354,9 @@ def summary(
     call: shapes, dtypes, bytes, parameter counts, times, NaN/inf flags (see `ModuleCall`).
 
     Parameter totals count each parameter once, also when it is shared (tied embeddings)
-    or its module is called twice. Times are CPU wall clock with the summary's own work
-    taken out; a parent's time includes its children's, and the self times add up to the
+    or its module is called twice. Times are wall clock with the summary's own work taken
+    out (on a GPU, that is the host's time, kernel launches, not the kernels' own: CUDA
+    event timing and allocator figures are not implemented yet); a parent's time includes its children's, and the self times add up to the
     whole pass. Backward times run from the gradient reaching a call's output to the
     gradients of its inputs being computed (NaN for calls whose inputs need no gradient).
     The model's gradients are left as the backward pass made them (call `zero_grad()`).
@@ -369,7 +372,8 @@ def summary(
         A `Summary`; `print(s)` for a table, `s.to_frame()` for pandas.
 
     Raises:
-        TypeError: `model` is not an `nn.Module` or `loss_fn` not callable.
+        TypeError: `model` is not an `nn.Module`, `loss_fn` is not callable or does not
+            return a tensor.
         Exception: what the model raised, with `.summary_calls` attached (the calls made
             before it); the hooks are removed either way.
 
@@ -393,13 +397,18 @@ def summary(
             else:
                 floats = [t for t in iter_tensors(output) if t.is_floating_point()]
                 loss = sum((t.sum() for t in floats if t.requires_grad), torch.zeros(()))
-            if isinstance(loss, Tensor) and loss.requires_grad:
+            if not isinstance(loss, Tensor):
+                raise ArgumentTypeError(
+                    f"loss_fn= must return a tensor to differentiate, got {type(loss).__name__}"
+                )
+            if loss.requires_grad:
                 spent = recorder.clock.spent
                 start = time.perf_counter()
                 loss.backward()  # type: ignore[no-untyped-call]
                 backward_ms = (time.perf_counter() - start - (recorder.clock.spent - spent)) * 1e3
     except Exception as error:
-        error.summary_calls = recorder.calls  # type: ignore[attr-defined]
+        with contextlib.suppress(AttributeError):  # exceptions with __slots__
+            error.summary_calls = recorder.calls  # type: ignore[attr-defined]
         raise
     finally:
         recorder.remove()

@@ -109,6 +109,8 @@ def test_odd_outputs_and_no_backward() -> None:
     assert math.isnan(s.backward_ms)
     with pytest.raises(TypeError, match="model"):
         summary("not a model")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="loss_fn="):
+        summary(nn.Linear(2, 2), torch.ones(2), loss_fn=lambda out: 3.0)  # type: ignore[arg-type,return-value]
 
 
 def test_renderings() -> None:
