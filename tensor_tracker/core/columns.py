@@ -24,8 +24,6 @@ step          int64     run-length encoded: `step_rows[k]` is the first row of t
 columnar (copies of tensors, nested outputs, stashes a user's `stash=` built).
 """
 
-from __future__ import annotations
-
 import bisect
 import weakref
 from array import array

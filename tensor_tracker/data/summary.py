@@ -158,7 +158,7 @@ class _Recorder:
         self.stack.append((index, now))
         for tensor in inputs:
             if tensor.requires_grad and torch.is_grad_enabled():
-                self.handles.append(hook_grad(tensor, self._grad_input(index)))
+                self.handles.append(hook_grad(tensor, self._grad_hook(index, output=False)))
         self.clock.leave()
 
     def _post(
@@ -175,27 +175,23 @@ class _Recorder:
         record.output_nonfinite = _nonfinite(outputs)
         for tensor in outputs:
             if tensor.requires_grad:
-                self.handles.append(hook_grad(tensor, self._grad_output(index)))
+                self.handles.append(hook_grad(tensor, self._grad_hook(index, output=True)))
         self.clock.leave()
 
-    def _grad_output(self, index: int) -> Callable[[Tensor], None]:
+    def _grad_hook(self, index: int, output: bool) -> Callable[[Tensor], None]:
+        """The hook reading the gradient of an output (or input) of call `index`."""
+
         def hook(grad: Tensor) -> None:
             now = self.clock.enter()
-            self.grad_out_at[index] = min(self.grad_out_at.get(index, now), now)
             record = self.calls[index]
-            record.grad_output_shapes.append(tuple(grad.shape))
-            record.grad_output_nonfinite |= _nonfinite([grad])
-            self.clock.leave()
-
-        return hook
-
-    def _grad_input(self, index: int) -> Callable[[Tensor], None]:
-        def hook(grad: Tensor) -> None:
-            now = self.clock.enter()
-            self.grad_in_at[index] = max(self.grad_in_at.get(index, now), now)
-            record = self.calls[index]
-            record.grad_input_shapes.append(tuple(grad.shape))
-            record.grad_input_nonfinite |= _nonfinite([grad])
+            if output:  # the first output gradient to arrive starts the call's backward
+                self.grad_out_at[index] = min(self.grad_out_at.get(index, now), now)
+                record.grad_output_shapes.append(tuple(grad.shape))
+                record.grad_output_nonfinite |= _nonfinite([grad])
+            else:  # the last input gradient computed ends it
+                self.grad_in_at[index] = max(self.grad_in_at.get(index, now), now)
+                record.grad_input_shapes.append(tuple(grad.shape))
+                record.grad_input_nonfinite |= _nonfinite([grad])
             self.clock.leave()
 
         return hook
