@@ -122,6 +122,10 @@ def configurations() -> dict[str, tuple[Factory, float | None]]:
         "forward+grad, stats=True": (lambda m: tensor_tracker.track(m, stats=True), 1.10),
         "  plain reference, stash_value=std": (lambda m: plain(m, True, plain_std), None),
         "  floor: minimal hooks, same statistics kernels": (_MinimalStats, None),
+        "flight recorder: keep_steps=3, dtype=bfloat16 (full copies)": (
+            lambda m: tensor_tracker.track(m, keep_steps=3, dtype=torch.bfloat16),
+            None,
+        ),
         "tripwire: stats=['min', 'max'], on_nonfinite='raise'": (
             lambda m: tensor_tracker.track(m, stats=["min", "max"], on_nonfinite="raise"),
             1.05,

@@ -83,6 +83,7 @@ def track(
     every: int = 1,
     train_only: bool = False,
     max_bytes: int | None = None,
+    keep_steps: int | None = None,
     device: str | torch.device | None = "cpu",
     dtype: torch.dtype | None = None,
     sample: int | None = None,
@@ -177,6 +178,15 @@ def track(
                     t.step()
             df = t.to_frame()
 
+    A flight recorder: a second tracker of full copies that keeps only the last few steps,
+    beside a `stats=` tracker with a tripwire; when the tripwire fires, the copies of the
+    steps that led to it are there to look at::
+
+        with tensor_tracker.track(model, stats=True, on_nonfinite="raise") as t, \\
+             tensor_tracker.track(model, keep_steps=3, dtype=torch.bfloat16) as flight:
+            for batch in loader:
+                ...; t.step(); flight.step()
+
     Args:
         module: the model (any `torch.nn.Module`).
         grad: also record gradients.
@@ -190,6 +200,8 @@ def track(
         every: record every N-th step only.
         train_only: record only modules in training mode.
         max_bytes: memory budget for the stashes.
+        keep_steps: keep only the current step and the `keep_steps - 1` before it (a
+            flight recorder of full copies; see below).
         device: where full copies go (`None`: stay on the tensor's device).
         dtype: dtype of full copies.
         sample: keep this many random elements of each tensor.
@@ -246,6 +258,7 @@ def track(
         every=every,
         train_only=train_only,
         max_bytes=max_bytes,
+        keep_steps=keep_steps,
     )
     if on_nonfinite is not None:
         _arm_tripwire(tracker, on_nonfinite)

@@ -93,8 +93,8 @@ class Columns(MutableSequence[Stash]):
     """A tracker's records (see the module docstring), readable as a list of `Stash`.
 
     Indexing and iterating build `Stash` objects on the fly; while one is alive, reading
-    its row again gives the same object. Appending a `Stash` keeps that object as it is. Pickling gives a plain list of
-    stashes.
+    its row again gives the same object. Appending a `Stash` keeps that object as it is.
+    Pickling gives a plain list of stashes.
 
     Example:
         >>> cols = Columns()
@@ -250,6 +250,46 @@ class Columns(MutableSequence[Stash]):
         # Rare (editing a recording by hand): every row becomes a Stash object.
         self.clear()
         self.extend(stashes)
+
+    def keep_recent_steps(self, n: int) -> None:
+        """Drop every record but those of the `n` most recent steps (in recording order);
+        for records whose values are objects (a store's rows cannot be dropped one by one).
+
+        Example:
+            >>> cols = Columns()
+            >>> site = cols.site_id("0", nn.Linear, "output", "")
+            >>> for step in (3, 3, 7):
+            ...     cols.add_object(site, 0, step, 0, torch.ones(1))
+            >>> cols.keep_recent_steps(1)
+            >>> [s.step for s in cols]
+            [7]
+        """
+        assert self.store is None
+        recent: set[int] = set()
+        cut = len(self.step_values)
+        while cut and (self.step_values[cut - 1] in recent or len(recent) < n):
+            recent.add(self.step_values[cut - 1])
+            cut -= 1
+        if not cut:
+            return
+        first = self.step_rows[cut] if cut < len(self.step_rows) else len(self)
+        # Objects are appended in row order: those of the dropped rows are a prefix.
+        kept = [self.ref[r] for r in range(first, len(self)) if self.flags[r] & (OBJECT | STASH)]
+        shift = min(kept, default=len(self.objects))
+        self.objects = self.objects[shift:]
+        ref = self.ref[first:]
+        for r in range(len(ref)):
+            if self.flags[first + r] & (OBJECT | STASH):
+                ref[r] -= shift
+        self.site, self.call, self.flags, self.ref = (
+            self.site[first:],
+            self.call[first:],
+            self.flags[first:],
+            ref,
+        )
+        self.step_rows = array("q", [r - first for r in self.step_rows[cut:]])
+        self.step_values = self.step_values[cut:]
+        self._views = weakref.WeakValueDictionary()  # rows have moved
 
     def clear(self) -> None:
         """Drop every record (and the values they hold)."""

@@ -89,6 +89,11 @@ def _value_nbytes(value: Any, seen: set[int] | None = None) -> int:
     return total
 
 
+def _objects_nbytes(columns: Columns, seen: set[int]) -> int:
+    """Bytes held by the values `columns` keeps as objects, each object counted once."""
+    return sum(_value_nbytes(o.value if isinstance(o, Stash) else o, seen) for o in columns.objects)
+
+
 def _flat_tensors(value: Any) -> bool:
     """Whether `value` is a plain tuple of tensors and `None`s, with at least one tensor."""
     if type(value) is not tuple:
@@ -203,6 +208,10 @@ class Recorder:
         train_only: record only while modules are in training mode.
         max_bytes: raise `MemoryBudgetError` (after removing the hooks, keeping what was
             stashed) instead of letting the stashes grow past this many bytes.
+        keep_steps: keep only the records of the current step and the `keep_steps - 1`
+            before it (older ones are dropped at each `step()`): a flight recorder of
+            full copies, bounded in memory, e.g. beside a `stats=` tracker with
+            `on_nonfinite="raise"`. Not with `stats=` (statistics are cheap to keep).
 
     Example:
         >>> tracker = Recorder()
@@ -222,6 +231,7 @@ class Recorder:
         every: int = 1,
         train_only: bool = False,
         max_bytes: int | None = None,
+        keep_steps: int | None = None,
     ) -> None:
         if isinstance(capture, str):
             capture_set = {capture}
@@ -234,6 +244,7 @@ class Recorder:
         check_count(every, "every=", "record every N-th step")
         check_bool(train_only, "train_only=")
         check_count(max_bytes, "max_bytes=", "bytes", optional=True)
+        check_count(keep_steps, "keep_steps=", "steps to keep", optional=True)
         if optimizer is not None:
             check_type(optimizer, torch.optim.Optimizer, "optimizer=", "a torch.optim.Optimizer")
         self._stash_fn: StashFn = stash if stash is not None else get_stash_fn()
@@ -249,6 +260,12 @@ class Recorder:
         make_store = getattr(stash_value, "store", None) if self._default_value else None
         self.stashes = Columns(make_store() if callable(make_store) else None)
         """The records, readable as a list of `Stash` (see `Columns`)."""
+        if keep_steps is not None and self.stashes.store is not None:
+            raise ArgumentValueError(
+                "keep_steps= keeps the full copies of the last steps (a flight recorder); "
+                "with stats= every step's statistics are kept anyway: drop one of them"
+            )
+        self._keep_steps = keep_steps
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
         self._pending_copies = False
         self._outputs = "outputs" in capture_set
@@ -268,7 +285,7 @@ class Recorder:
         # What __exit__ detached, for re-entering `with tracker:`; see __enter__.
         self._resume: tuple[list[_Registration], list[Callable[..., Any]]] | None = None
         self._unregistered = False
-        self._entered_at = 0
+        self._recorded = False  # whether a hook recorded anything in the current block
         self._depth = 0  # nested `with tracker:` blocks; the outermost one detaches
         self._handles: list[RemovableHandle] = []
         self._grad_handles: list[Any] = []
@@ -370,6 +387,11 @@ class Recorder:
         if n is not None:
             check_int(n, "step(n): n")
         self._check_nonfinite()  # forward-only loops have no end of backward
+        if self._keep_steps is not None:
+            self.stashes.keep_recent_steps(self._keep_steps - 1)
+            if self._max_bytes is not None:
+                self._counted.clear()
+                self._nbytes = _objects_nbytes(self.stashes, self._counted)
         self._step = self._step + 1 if n is None else n
         self._step_count += 1
         for registration in self._registrations:
@@ -612,6 +634,7 @@ class Recorder:
     ) -> None:
         """Keep `value` as record (`site`, `call`, `step`, `flags`); with `TUPLE` in `flags`,
         `value` is the one gradient of a 1-tuple."""
+        self._recorded = True  # see __exit__
         if self._nonfinite is not None and flags & GRAD:
             task = graph_task_id()
             if task != self._watched_task:
@@ -715,9 +738,7 @@ class Recorder:
         seen: set[int] = set()
         columns = self.stashes
         held = 0 if columns.store is None else columns.store.nbytes
-        for obj in columns.objects:
-            held += _value_nbytes(obj.value if isinstance(obj, Stash) else obj, seen)
-        return held
+        return held + _objects_nbytes(columns, seen)
 
     def __len__(self) -> int:
         return len(self.stashes)
@@ -764,7 +785,7 @@ class Recorder:
                 "Register them again first (tracker.register_all(model)), or start a new "
                 "tracker with tensor_tracker.track(model)."
             )
-        self._entered_at = len(self.stashes)
+        self._recorded = False
         self._depth = 1
         return self
 
@@ -773,7 +794,8 @@ class Recorder:
         if self._depth:
             return
         resume = (self._registrations, self._compiled)
-        silent = self._attached and len(self.stashes) <= self._entered_at
+        # Not len(self.stashes): clear() and keep_steps= drop records made in the block.
+        silent = self._attached and not self._recorded
         unregistered = self._unregistered
         self.unregister()
         self._unregistered = unregistered  # by unregister() or MemoryBudgetError in the block

@@ -3,6 +3,7 @@ appears (forward op, input batch, custom backward, fp16 overflow), by statistics
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from tensor_tracker import NonFinite, Stash, first_nonfinite, track
+from tensor_tracker.core import tracker as tracker_module
 from tensor_tracker.errors import NonFiniteError
 from tensor_tracker.stats import parse
 from tests.helpers import hook_count
@@ -260,3 +262,86 @@ def test_tripwire_arguments_are_checked_before_anything_is_attached(
     with pytest.raises(error, match=match):
         track(model, **options)
     assert hook_count(model) == 0
+
+
+# -- a flight recorder: full copies of the last steps, beside the tripwire --------------------
+
+
+def test_a_flight_recorder_keeps_the_steps_that_led_to_the_tripwire() -> None:
+    model = _model(Log())
+    sizes = []
+    with (
+        pytest.raises(NonFiniteError),
+        track(model, stats=True, on_nonfinite="raise") as t,
+        track(model, keep_steps=3) as flight,
+    ):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(10):
+            model[1].offset = 100.0 if step < 6 else -100.0  # NaN from step 6 on
+            x = torch.rand(2, 4)
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+            t.step()
+            flight.step()
+            sizes.append(len(flight))
+    assert {s.step for s in flight} == {4, 5, 6}  # the failing step and the two before
+    assert max(sizes) <= 3 * 8  # 4 modules, output and gradient: bounded all along
+    last = [s for s in flight if s.step == 6 and s.name == "1" and not s.grad]
+    assert len(last) == 1 and torch.isnan(last[0].value).any()  # the full copy is there
+    assert hook_count(model) == 0 and len(t) > 0
+
+
+def test_keep_recent_steps_rebases_object_references() -> None:
+    from tensor_tracker.core.columns import Columns
+
+    cols = Columns()
+    site = cols.site_id("m", nn.Linear, "output", "")
+    for step in range(4):
+        cols.add_object(site, 0, step, 0, torch.full((1,), float(step)))
+        cols.append(Stash("hand", nn.Tanh, False, step, step=step))
+    cols.keep_recent_steps(2)
+    assert [(s.name, s.step) for s in cols] == [("m", 2), ("hand", 2), ("m", 3), ("hand", 3)]
+    assert [s.value.item() if s.name == "m" else s.value for s in cols] == [2.0, 2, 3.0, 3]
+    assert len(cols.objects) == 4
+    cols.keep_recent_steps(0)
+    assert len(cols) == 0 and cols.objects == []
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [({"keep_steps": 2, "stats": True}, ValueError), ({"keep_steps": 0}, ValueError)],
+)
+def test_keep_steps_arguments(options: dict[str, Any], error: type) -> None:
+    model = _model(nn.Tanh())
+    with pytest.raises(error, match="keep_steps="):
+        track(model, **options)
+    assert hook_count(model) == 0
+
+
+def test_keep_steps_frees_its_share_of_max_bytes() -> None:
+    model = _model(nn.Tanh())
+    x = torch.rand(2, 4)
+    with track(model, keep_steps=1) as probe:
+        model(x).sum().backward()
+    one_step = probe.nbytes
+    with track(model, keep_steps=1, max_bytes=one_step + 8) as t:  # not two steps' worth
+        for _ in range(4):
+            model(x).sum().backward()
+            t.step()
+    assert len(t) == 0 and t.nbytes == 0  # the last step() dropped the step before it
+
+
+def test_a_block_whose_records_were_dropped_does_not_warn(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The "nothing was recorded" warning (for compiled models) looks at what the hooks did,
+    # not at what is left after keep_steps= or clear() dropped it.
+    monkeypatch.setattr(tracker_module, "dynamo_has_compiled_code", lambda: True)
+    model = _model(nn.Tanh())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with track(model, keep_steps=1) as t:
+            model(torch.rand(2, 4)).sum().backward()
+            t.step()
+    assert len(t) == 0
+    with pytest.warns(RuntimeWarning, match="nothing was recorded"), track(model):
+        pass
