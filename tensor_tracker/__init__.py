@@ -28,6 +28,7 @@ from .core.stash_fns import (
     get_stash_fn,
 )
 from .core.structure import rmap_tensor
+from .data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
 from .data.summary import ModuleCall, Summary, summary
@@ -36,7 +37,9 @@ from .stats import Stats, formats
 
 __all__ = [
     "CopyValue",
+    "Diagnosis",
     "Event",
+    "Finding",
     "Kind",
     "MemoryBudgetError",
     "ModuleCall",
@@ -50,6 +53,8 @@ __all__ = [
     "Unrecorded",
     "default_stash",
     "default_stash_value",
+    "diagnose",
+    "diagnosis_stats",
     "errors",
     "first_nonfinite",
     "formats",

@@ -16,6 +16,7 @@ from .core.stash_fns import CopyValue, get_stash_fn
 from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
+from .data.summary import Summary, recorded_summary
 from .errors import ArgumentValueError, NonFiniteError
 from .stats import StatsFn, parse
 from .stats.store import StatsStore
@@ -67,6 +68,27 @@ class Tracker(Recorder):
         stats_fn = getattr(self._stash_fn, "stash_value", None)
         names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
         return to_frame(self.stashes, stat, stat_name, names)
+
+    def summary(self, step: int | None = None) -> Summary:
+        """A per-module-call `Summary` of one recorded step, from what was recorded (no
+        second pass): the call tree, output (and gradient, input) shapes, dtypes and bytes
+        of recorded copies, NaN/inf flags, and parameter counts of the registered modules
+        (each parameter once). Times are not measured here: `tensor_tracker.summary(model,
+        x)` runs and times a pass. With `stats=`, shapes and bytes are not known (empty).
+
+        Args:
+            step: which step (default: the last one recorded).
+
+        Raises:
+            ValueError: `step` was not recorded.
+
+        Example:
+            >>> s = tracker.summary()   # print(s) for a table, s.to_frame() for pandas
+            >>> s.total_params, [(c.name, c.params, c.output_shapes) for c in s][:2]
+            (172, [('', 0, [(8, 4)]), ('0', 136, [(8, 8)])])
+        """
+        self._sync()
+        return recorded_summary(self.stashes, dict(self.modules), step)
 
 
 def track(
@@ -207,8 +229,10 @@ def track(
         sample: keep this many random elements of each tensor.
         seed: seed for `sample`.
         non_blocking: asynchronous GPU-to-CPU copies into pinned memory.
-        on_nonfinite: a tripwire for NaN and infinities (needs `stats=` with `min`/`max`,
-            as `stats=True` has): `"raise"` stops at the end of the first backward pass
+        on_nonfinite: a tripwire for NaN and infinities (needs `stats=` with `min`/`max`
+            or `nonfinite`, as `stats=True` has, or at least `sum`: `stats=["sum"]` is the
+            cheapest, one pass per tensor, and also trips when finite values sum beyond
+            ~3.4e38): `"raise"` stops at the end of the first backward pass
             (or at `step()`) that recorded one, before `optimizer.step()` can write it into
             the weights, with a `NonFiniteError` naming where it appeared (see
             `first_nonfinite`; the hooks are removed, the stashes kept); `"warn"` warns
@@ -275,8 +299,8 @@ def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | No
     store = tracker.stashes.store
     if not isinstance(store, StatsStore):
         raise ArgumentValueError(
-            "on_nonfinite= reads the statistics of each tensor: pass stats=True (or a stats= "
-            "list with min and max)"
+            "on_nonfinite= reads the statistics of each tensor: pass stats=True (or "
+            'stats=["sum"], the cheapest)'
         )
     store.watch()
 

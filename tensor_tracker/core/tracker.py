@@ -9,6 +9,7 @@ import inspect
 import re
 import sys
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
@@ -280,6 +281,9 @@ class Recorder:
         self._step = 0
         self._step_count = 0
         self._registrations: list[_Registration] = []
+        self.modules: weakref.WeakValueDictionary[str, nn.Module] = weakref.WeakValueDictionary()
+        """Every module registered so far, by name, also after `unregister()` (held weakly:
+        the tracker does not keep a model alive); what `summary()` counts parameters of."""
         # Compiled callables (torch.compile) of the registered models; see _attach_all.
         self._compiled: list[Callable[..., Any]] = []
         # What __exit__ detached, for re-entering `with tracker:`; see __enter__.
@@ -317,6 +321,7 @@ class Recorder:
         check_bool(grad, "grad=")
         registration = _Registration(module, name, grad)
         self._registrations.append(registration)
+        self.modules[name] = module
         self._unregistered = False
         if self.recording:
             self._attach(registration)

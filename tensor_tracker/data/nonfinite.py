@@ -18,11 +18,14 @@ from .frame import _first_stats, to_frame
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["NonFinite", "first_nonfinite"]
+__all__ = ["NonFinite", "first_nonfinite", "nonfinite_flags"]
 
 # Statistics that are NaN or infinite exactly when the tensor holds a NaN or an infinity
 # (`std` is NaN for one element, and a mean can overflow on finite values: not these).
 _EXACT = ("nonfinite", "min", "max", "abs_max")
+# Without those: statistics that are NaN or infinite whenever the tensor is, and also when
+# its finite values overflow them (beyond ~3.4e38 in float32).
+_PROPAGATING = ("sum", "mean", "rms", "abs_mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,9 +78,11 @@ def _nonfinite_column(frame: pandas.DataFrame, stashes: Sequence[Stash]) -> Any:
     if "nonfinite" in exact:
         return (frame["nonfinite"] > 0).to_numpy()
     if not exact:
+        exact = [c for c in _PROPAGATING if c in frame.columns]
+    if not exact:
         raise NotRecordedError(
-            "first_nonfinite needs the statistics min and max (or nonfinite): record with "
-            "stats=True or stats=['min', 'max', ...]"
+            "first_nonfinite needs the statistics min and max, nonfinite, or at least sum "
+            "or mean: record with stats=True or e.g. stats=['sum']"
         )
     values = frame[exact].to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values).all(axis=1)
@@ -88,6 +93,16 @@ def _nonfinite_column(frame: pandas.DataFrame, stashes: Sequence[Stash]) -> Any:
         found = (_first_stats(s.value) for s in stashes)
         numel = np.array([0 if f is None else f.numel for f in found], dtype=np.float64)
     return bad & (numel > 0)
+
+
+def nonfinite_flags(stashes: Sequence[Stash]) -> Any:
+    """Per record, whether its value held a NaN or an infinity (a numpy bool array), as
+    `first_nonfinite` reads it; all False when the statistics recorded cannot tell."""
+    np = require("numpy", "pandas")
+    try:
+        return _nonfinite_column(to_frame(stashes), stashes)
+    except NotRecordedError:
+        return np.zeros(len(stashes), dtype=bool)
 
 
 def _enclosing(name: str, names: set[str]) -> str:
@@ -120,8 +135,9 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
     - a **parameter** or **optimizer state**: it was already there (an earlier update).
 
     With `stats=` the check reads the recorded `min`/`max` (or `nonfinite`) of the first
-    tensor of each value, as `to_frame` shows them; with full copies, every tensor of each
-    value is checked. `track(..., on_nonfinite="raise")` stops a run at the first one.
+    tensor of each value, as `to_frame` shows them (without those, `sum`, `mean`, `rms` or
+    `abs_mean`, which are also non-finite when finite values overflow them); with full
+    copies, every tensor of each value is checked. `track(..., on_nonfinite="raise")` stops a run at the first one.
 
     Args:
         recording: a `Tracker` (or a list of `Stash`).
@@ -131,7 +147,7 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
 
     Raises:
         TypeError: `recording` is not a tracker or a list of stashes.
-        KeyError: a statistics recording without `min` and `max` (nor `nonfinite`).
+        KeyError: a statistics recording with none of the statistics above.
 
     Example:
         >>> with track(model, stats=True, capture=("inputs", "outputs")) as t:

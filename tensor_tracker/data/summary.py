@@ -13,7 +13,7 @@ import dataclasses
 import html
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,14 +22,16 @@ from torch import Tensor, nn
 from .._optional import require
 from .._validate import check_callable, check_count, check_int, check_type
 from ..core.grad_hooks import hook_grad
+from ..core.records import Stash
 from ..core.structure import iter_tensors
-from ..errors import ArgumentTypeError
+from ..errors import ArgumentTypeError, ArgumentValueError
 from .frame import type_name
+from .nonfinite import nonfinite_flags
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["ModuleCall", "Summary", "summary"]
+__all__ = ["ModuleCall", "Summary", "recorded_summary", "summary"]
 
 
 @dataclasses.dataclass
@@ -197,6 +199,10 @@ class _Recorder:
         return hook
 
 
+def _ms(value: float) -> str:
+    return "-" if value != value else f"{value:.3f}"
+
+
 def _subtree_params(module: nn.Module) -> list[nn.Parameter]:
     return list(dict.fromkeys(module.parameters()))  # shared parameters once
 
@@ -217,12 +223,13 @@ class Summary:
     def __init__(
         self,
         calls: list[ModuleCall],
-        model: nn.Module,
+        model: nn.Module | Sequence[nn.Module],
         forward_ms: float,
         backward_ms: float,
     ) -> None:
         self.calls = calls
-        params = _subtree_params(model)
+        models = [model] if isinstance(model, nn.Module) else model
+        params = list(dict.fromkeys(p for m in models for p in _subtree_params(m)))
         self.total_params = sum(p.numel() for p in params)
         self.trainable_params = sum(p.numel() for p in params if p.requires_grad)
         self.param_bytes = sum(p.numel() * p.element_size() for p in params)
@@ -284,8 +291,8 @@ class Summary:
                     f"{label} ({c.type.rsplit('.', 1)[-1]})",
                     shapes,
                     f"{c.params:,}" if c.params else "-",
-                    f"{c.forward_ms:.3f}",
-                    "-" if c.backward_ms != c.backward_ms else f"{c.backward_ms:.3f}",
+                    _ms(c.forward_ms),
+                    _ms(c.backward_ms),
                     flag,
                 ]
             )
@@ -314,11 +321,14 @@ class Summary:
         return "\n".join([*out, line, *self._totals(), line])
 
     def _totals(self) -> list[str]:
-        backward = "-" if self.backward_ms != self.backward_ms else f"{self.backward_ms:.3f} ms"
+        if self.forward_ms != self.forward_ms:
+            times = "Times: not measured (a tracker's recording; summary(model, x) times them)"
+        else:
+            times = f"Forward: {_ms(self.forward_ms)} ms, backward: {_ms(self.backward_ms)} ms"
         return [
             f"Total params: {self.total_params:,} (trainable: {self.trainable_params:,}, "
             f"{self.param_bytes / 2**20:.2f} MiB)",
-            f"Forward: {self.forward_ms:.3f} ms, backward: {backward}",
+            times,
         ]
 
     def __str__(self) -> str:
@@ -412,6 +422,20 @@ def summary(
     return Summary(recorder.calls, model, forward_ms, backward_ms)
 
 
+def _set_params(c: ModuleCall, module: nn.Module) -> list[nn.Parameter]:
+    """Fill `c`'s parameter counts and bytes from `module`; return its own parameters."""
+    own = list(module.parameters(recurse=False))
+    c.params = sum(p.numel() for p in own)
+    subtree = _subtree_params(module)
+    c.params_total = sum(p.numel() for p in subtree)
+    c.trainable = sum(p.numel() for p in subtree if p.requires_grad)
+    c.param_bytes = sum(p.numel() * p.element_size() for p in subtree)
+    c.grad_bytes = sum(
+        p.grad.numel() * p.grad.element_size() for p in subtree if p.grad is not None
+    )
+    return own
+
+
 def _finish(recorder: _Recorder, model: nn.Module) -> None:
     """Parameter counts, backward times and self times, once the pass is over."""
     modules = dict(model.named_modules(remove_duplicate=False))
@@ -425,16 +449,7 @@ def _finish(recorder: _Recorder, model: nn.Module) -> None:
     ends: dict[int, float] = {}
     for index in range(len(calls) - 1, -1, -1):
         c = calls[index]
-        module = modules[c.name]
-        own = list(module.parameters(recurse=False))
-        c.params = sum(p.numel() for p in own)
-        subtree = _subtree_params(module)
-        c.params_total = sum(p.numel() for p in subtree)
-        c.trainable = sum(p.numel() for p in subtree if p.requires_grad)
-        c.param_bytes = sum(p.numel() * p.element_size() for p in subtree)
-        c.grad_bytes = sum(
-            p.grad.numel() * p.grad.element_size() for p in subtree if p.grad is not None
-        )
+        own = _set_params(c, modules[c.name])
         candidates = [recorder.param_at[id(p)] for p in own if id(p) in recorder.param_at]
         candidates += [ends[k] for k in children.get(index, []) if k in ends]
         if index in recorder.grad_in_at:
@@ -459,3 +474,101 @@ def _finish(recorder: _Recorder, model: nn.Module) -> None:
             c.self_backward_ms = c.backward_ms - sum(
                 k.backward_ms for k in kids if k.backward_ms == k.backward_ms
             )
+
+
+def _enclosing_name(name: str, names: Collection[str]) -> str | None:
+    """The nearest registered module containing `name`, or None."""
+    while name:
+        name = name.rpartition(".")[0]
+        if name in names:
+            return name
+    return None
+
+
+def recorded_summary(
+    stashes: Sequence[Stash], modules: Mapping[str, nn.Module], step: int | None = None
+) -> Summary:
+    """The `Summary` of one step of a recording (what `Tracker.summary` returns), without
+    running the model again: one `ModuleCall` per recorded module output.
+
+    Shapes, dtypes and bytes come from recorded copies (as stored: a `dtype=` copy shows
+    that dtype, a `sample=` copy its sample); statistics have none of these (empty/0).
+    Input shapes and input-gradient shapes need `capture=("inputs", "outputs")`. NaN/inf
+    flags come from the copies or from the statistics `first_nonfinite` reads. Times are not
+    measured (NaN): `summary(model, x)` times a pass. Parameter counts come from `modules`.
+
+    Args:
+        stashes: the records (a tracker's, or a list of `Stash`).
+        modules: registered name -> module, for parameter counts.
+        step: which step (default: the last one recorded).
+
+    Raises:
+        ValueError: `step` was not recorded.
+    """
+    steps = [s.step for s in stashes]
+    if step is None:
+        step = max(steps, default=0)
+    elif step not in set(steps):
+        raise ArgumentValueError(
+            f"summary: step={step} was not recorded; recorded steps: {sorted(set(steps))}"
+        )
+    rows = [i for i, s in enumerate(stashes) if s.step == step]
+    bad = nonfinite_flags(stashes)
+    # Calls in the order they finished (children before parents) and their parents: the
+    # next call of the nearest registered ancestor to finish after them.
+    outputs = [i for i in rows if not stashes[i].grad and stashes[i].kind == "output"]
+    names = {stashes[i].name for i in outputs}
+    key_of = {(stashes[i].name, stashes[i].call): i for i in outputs}
+    parent_of: dict[int, int] = {}
+    for position, i in enumerate(outputs):
+        ancestor = _enclosing_name(stashes[i].name, names)
+        later = (j for j in outputs[position + 1 :] if stashes[j].name == ancestor)
+        parent_of[i] = next(later, -1)
+    children: dict[int, list[int]] = {}
+    for i in outputs:
+        children.setdefault(parent_of[i], []).append(i)
+    order: list[int] = []  # the order calls started: parents first (depth-first)
+    pending = list(reversed(children.get(-1, [])))
+    while pending:
+        i = pending.pop()
+        order.append(i)
+        pending.extend(reversed(children.get(i, [])))
+    index_of = {i: k for k, i in enumerate(order)}
+    calls: list[ModuleCall] = []
+    for i in order:
+        s = stashes[i]
+        parent = index_of.get(parent_of[i], -1)
+        depth = calls[parent].depth + 1 if parent >= 0 else 0
+        c = ModuleCall(s.name, type_name(s.type), depth, s.call, parent)
+        tensors = list(iter_tensors(s.value))
+        c.output_shapes = [tuple(t.shape) for t in tensors]
+        c.output_dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors]
+        c.output_bytes = _nbytes(tensors)
+        c.output_nonfinite = bool(bad[i])
+        c.forward_ms = c.self_forward_ms = float("nan")
+        if s.name in modules:
+            _set_params(c, modules[s.name])
+        calls.append(c)
+    for i in rows:
+        s = stashes[i]
+        k = key_of.get((s.name, s.call))
+        if k is None or (s.kind, s.grad) not in (
+            ("input", False),
+            ("input", True),
+            ("output", True),
+        ):
+            continue
+        c = calls[index_of[k]]
+        tensors = list(iter_tensors(s.value))
+        shapes = [tuple(t.shape) for t in tensors]
+        if s.kind == "input" and not s.grad:
+            c.input_shapes += shapes
+            c.input_dtypes += [str(t.dtype).removeprefix("torch.") for t in tensors]
+            c.input_bytes += _nbytes(tensors)
+        elif s.kind == "input":
+            c.grad_input_shapes += shapes
+            c.grad_input_nonfinite |= bool(bad[i])
+        elif s.grad:
+            c.grad_output_shapes += shapes
+            c.grad_output_nonfinite |= bool(bad[i])
+    return Summary(calls, list(modules.values()), float("nan"), float("nan"))

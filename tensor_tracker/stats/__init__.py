@@ -13,6 +13,9 @@ Built-in statistic names (see `NAMES`):
 - `mean`, `std` (unbiased, like `torch.std`), `rms` (`sqrt(mean(x**2))`), `abs_mean`,
   `abs_max`, `min`, `max`, `numel`;
 - `nonfinite`: how many values are NaN or ±inf; `zero_frac`: fraction exactly zero;
+- `sum`: one pass, the cheapest statistic: NaN or ±inf whenever the tensor holds a NaN or
+  an infinity (and also when finite values sum beyond the reduction dtype, ~3.4e38 in
+  float32), so `stats=["sum"]` is the cheapest recording `on_nonfinite=` can watch;
 - for each format `F` in `tensor_tracker.formats.FORMATS` (`fp16`, `bf16`, `fp8_e4m3`,
   `fp8_e5m2`): `F_overflow` (fraction with `|x| > max`, ±inf included, NaN not),
   `F_underflow` (fraction of values that are nonzero but flush to zero, `|x| < min_subnormal`)
@@ -26,8 +29,8 @@ modulus, while `mean`, `std`, `min` and `max` describe the distribution of `|z|`
 complex mean would not fit in a float column), and format fractions count `|z|` against
 each format's limits. Custom statistics receive the complex tensor itself.
 
-Fractions are over all `numel` values. An empty tensor gives `numel` 0, counts 0 and NaN
-for everything else. When a tensor holds any NaN or ±inf, `mean`, `std` and `rms` are NaN,
+Fractions are over all `numel` values. An empty tensor gives `numel` 0, counts and `sum` 0,
+NaN for everything else. When a tensor holds any NaN or ±inf, `mean`, `std` and `rms` are NaN,
 on every device (count the culprits with `nonfinite`); when only its spread overflows the
 reduction dtype, `std` and `rms` are inf. `min`, `max`, `abs_max` and `abs_mean` follow
 IEEE rules (NaN wins, then inf).

@@ -75,6 +75,7 @@ BUILTINS: dict[str, Builtin] = {
     "numel": Builtin(None, lambda s: lambda r, n: n),
     "nonfinite": Builtin("nonfinite", lambda s: column(s["nonfinite"])),
     "zero_frac": Builtin("nonzero", lambda s: lambda r, n: (n - r[:, s["nonzero"]]) / n),
+    "sum": Builtin("sum", lambda s: column(s["sum"])),
 }
 """Every built-in statistic except the number-format fractions, in `NAMES` order."""
 

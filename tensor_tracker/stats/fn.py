@@ -13,7 +13,7 @@ from ..core.memo import LastTensorMemo
 from ..errors import ArgumentValueError, TrackerStateError
 from .binning import HistogramFn, add_hist_derivers
 from .builtin import plan
-from .kernels import F64, GROUPS, NAN, Core, compute_dtype, flat, host_tensor
+from .kernels import F64, NAN, Core, compute_dtype, flat, host_tensor
 from .layout import Layout, column
 from .spec import DEFAULT, CustomName, Histogram, Item, Statistic, item_name, parse_items
 from .store import StatsStore
@@ -159,18 +159,25 @@ class StatsFn:
         # Only the core groups (the default set): one call, no parts to join.
         self._simple = core is not None and core.range is None and not customs and not hists
         # Where a NaN or infinity shows in the raw vector: the min/max slots (non-finite
-        # exactly when the tensor is) and the non-finite count; -1 when not computed.
-        minmax = count = -1
+        # exactly when the tensor is) or the non-finite count; without those, a slot that
+        # a non-finite value propagates into (a sum, the moments, the absolute sum).
+        offsets: dict[str, tuple[int, int]] = {}
         offset = 0
         for group in () if core is None else core.groups:
-            if group is GROUPS["minmax"]:
-                minmax = offset
-            elif group is GROUPS["nonfinite"]:
-                count = offset
+            offsets[group.slots[0]] = (offset, len(group.slots))
             offset += len(group.slots)
-        self.watch_slots = (minmax, count)
-        """Raw-vector positions of (`min`, then `max`) and of the non-finite count, -1 for
-        what is not computed: what `StatsStore.watch` reads."""
+        finite: tuple[int, int] | None = None
+        for first in ("min", "sum", "mean", "abs_sum"):
+            if first in offsets:
+                finite = offsets[first]
+                break
+        count = offsets.get("nonfinite", (-1, 0))[0]
+        if count >= 0 and "min" not in offsets:
+            finite = None  # the count alone is exact
+        self.watch_slots: tuple[tuple[int, int] | None, int] = (finite, count)
+        """What `StatsStore.watch` reads: `(start, length)` of raw-vector slots that are all
+        finite exactly when (or, for sums, whenever) the tensor is, and the position of the
+        non-finite count; `None`/-1 for what is not computed."""
 
     @property
     def names(self) -> tuple[str, ...]:

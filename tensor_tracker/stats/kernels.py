@@ -200,6 +200,8 @@ GROUPS: dict[str, RawGroup] = {
         lambda x: (torch.count_nonzero(x).to(F64),),
         lambda x: (float(torch.count_nonzero(x)),),
     ),
+    # One pass, the cheapest test for NaN and infinities (what the tripwire can watch).
+    "sum": RawGroup(("sum",), 0.0, lambda x: (x.sum(),), lambda x: (x.sum().item(),)),
 }
 """Every raw group, in the order their slots sit in the raw vector."""
 

@@ -120,7 +120,7 @@ class StatsStore:
         self._parts: list[_HostRows | _DeviceRows] = []
         self._slots: dict[torch.device, int] = {}
         self._recent = RecentTensors[int](1)
-        self._watch: tuple[int, int] | None = None
+        self._watch: tuple[tuple[int, int] | None, int] | None = None
         self._seen = False  # a non-finite value among host rows
         # Per device, 0 while every watched row was finite (NaN or > 0 after one was not):
         # summed on the device, read once by `nonfinite`.
@@ -128,16 +128,18 @@ class StatsStore:
 
     def watch(self) -> None:
         """From now on, note whether any tensor put holds a NaN or an infinity (read it
-        with `nonfinite`): a test of the `min`/`max` (or `nonfinite`) statistics already
-        computed, with no host synchronisation on accelerators.
+        with `nonfinite`): a test of statistics already computed (`min`/`max` or
+        `nonfinite`, exact; else `sum`, the moments or `abs_mean`, which are also
+        non-finite when finite values overflow them), with no host synchronisation on
+        accelerators.
 
         Raises:
-            ValueError: the statistics include neither `min`/`max` nor `nonfinite`.
+            ValueError: the statistics include none of these.
         """
-        if self._fn.watch_slots == (-1, -1):
+        if self._fn.watch_slots == (None, -1):
             raise ArgumentValueError(
-                "on_nonfinite= reads the min and max statistics (or nonfinite); add them to "
-                "stats= (stats=True includes them)"
+                "on_nonfinite= reads the sum, mean, min/max or nonfinite statistic; add one "
+                'to stats= (stats=True includes them; stats=["sum"] is the cheapest)'
             )
         self._watch = self._fn.watch_slots
 
@@ -148,18 +150,20 @@ class StatsStore:
 
     def _note(self, raw: list[float] | Tensor, device: torch.device) -> None:
         assert self._watch is not None
-        minmax, count = self._watch
+        finite, count = self._watch
         if isinstance(raw, list):
             if (
-                minmax >= 0 and not (math.isfinite(raw[minmax]) and math.isfinite(raw[minmax + 1]))
+                finite is not None
+                and not all(map(math.isfinite, raw[finite[0] : finite[0] + finite[1]]))
             ) or (count >= 0 and raw[count] > 0):
                 self._seen = True
             return
         badness = self._badness.get(device)
         if badness is None:
             badness = self._badness[device] = torch.zeros((), dtype=F64, device=device)
-        if minmax >= 0:
-            badness.add_(raw[minmax : minmax + 2].sum() * 0)  # NaN unless both are finite
+        if finite is not None:
+            # NaN unless every slot is finite.
+            badness.add_(raw[finite[0] : finite[0] + finite[1]].sum() * 0)
         if count >= 0:
             badness.add_(raw[count])
 

@@ -3,6 +3,7 @@ appears (forward op, input batch, custom backward, fp16 overflow), by statistics
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -146,10 +147,10 @@ def test_a_finite_run_finds_nothing_and_bad_arguments_are_named() -> None:
     assert first_nonfinite([Stash("a", nn.Tanh, False, torch.ones(2))]) is None
     with pytest.raises(TypeError, match="recording"):
         first_nonfinite(3)
-    with track(model, stats=["rms"]) as rms_only:
+    with track(model, stats=["std", "zero_frac"]) as std_only:
         model(torch.rand(2, 4))
-    with pytest.raises(KeyError, match="min and max"):
-        first_nonfinite(rms_only)
+    with pytest.raises(KeyError, match="min and max, nonfinite, or at least sum"):
+        first_nonfinite(std_only)
 
 
 def test_empty_tensors_and_missing_values_are_not_non_finite() -> None:
@@ -223,23 +224,51 @@ def test_the_tripwire_can_warn_or_call_back_once() -> None:
     assert [(f.name, f.step) for f in seen] == [("1", 2)]
 
 
-def test_the_tripwire_reads_the_nonfinite_count_too() -> None:
+@pytest.mark.parametrize("stats", [["nonfinite"], ["sum"], ["rms"], ["abs_mean"]])
+def test_the_tripwire_reads_a_count_or_a_sum_too(stats: list[str]) -> None:
     model = _model(Log())
     with (
-        pytest.raises(NonFiniteError),
-        track(model, stats=["nonfinite"], on_nonfinite="raise") as t,
+        pytest.raises(NonFiniteError, match=r"step 1 in '1' \(forward\)") as info,
+        track(model, stats=stats, on_nonfinite="raise") as t,
     ):
-        _train(model, t, steps=2, bad_from=1)
+        _train(model, t, steps=3, bad_from=1)
+    assert info.value.found.name == "1" and not info.value.found.grad
+    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_the_tripwire_on_the_device_path_of_the_store() -> None:
+def test_a_sum_also_trips_on_finite_values_beyond_its_range() -> None:
+    # Documented: a sum is non-finite whenever the tensor is, and also when it overflows.
+    model = nn.Sequential(nn.Identity())
+    with (
+        pytest.raises(NonFiniteError, match="step 0"),
+        track(model, stats=["sum"], on_nonfinite="raise") as t,
+    ):
+        model(torch.full((4,), 3e38))
+        t.step()
+    with track(model, stats=["min", "max"], on_nonfinite="raise") as t:
+        model(torch.full((4,), 3e38))
+        t.step()  # min and max are exact: no trip
+
+
+@pytest.mark.parametrize(
+    ("stats", "finite", "bad"),
+    [
+        (["mean", "min", "max"], [0.0, 1.0, -2.0, 3.0], [0.0, 1.0, -2.0, math.inf]),
+        (["sum"], [5.0], [math.nan]),
+        (["sum", "nonfinite"], [0.0, 5.0], [1.0, 5.0]),
+        (["rms"], [1.0, 2.0], [1.0, math.inf]),
+    ],
+)
+def test_the_tripwire_on_the_device_path_of_the_store(
+    stats: list[str], finite: list[float], bad: list[float]
+) -> None:
     # Accelerator rows are noted with device ops and read once; run that code on the CPU.
-    store = parse(["mean", "min", "max"]).store()
+    store = parse(stats).store()
     store.watch()
     cpu = torch.device("cpu")
-    store._note(torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=torch.float64), cpu)
+    store._note(torch.tensor(finite, dtype=torch.float64), cpu)
     assert not store.nonfinite()
-    store._note(torch.tensor([0.0, 1.0, -2.0, float("inf")], dtype=torch.float64), cpu)
+    store._note(torch.tensor(bad, dtype=torch.float64), cpu)
     assert store.nonfinite()
     store.clear()
     assert not store.nonfinite()
@@ -249,7 +278,7 @@ def test_the_tripwire_on_the_device_path_of_the_store() -> None:
     ("options", "error", "match"),
     [
         ({}, ValueError, "stats=True"),
-        ({"stats": ["rms"]}, ValueError, "min and max"),
+        ({"stats": ["zero_frac", "numel"]}, ValueError, 'stats=\\["sum"\\]'),
         ({"stats": True, "on_nonfinite": "explode"}, ValueError, "on_nonfinite="),
         ({"stats": True, "on_nonfinite": 3}, TypeError, "on_nonfinite="),
     ],

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensor_tracker import summary
+from tensor_tracker import summary, track
 from tests.helpers import hook_count
 
 
@@ -126,3 +126,73 @@ def test_renderings() -> None:
     assert page.count("<tr>") == len(s) + 1 and "Total params: 102" in page
     with pytest.raises(ValueError, match="depth"):
         s.table(depth=-1)
+
+
+# -- Tracker.summary(): the same facts from a recording, without a second pass ------------
+
+_SAME = [
+    "name",
+    "type",
+    "depth",
+    "call",
+    "parent",
+    "input_shapes",
+    "input_dtypes",
+    "output_shapes",
+    "output_dtypes",
+    "grad_output_shapes",
+    "grad_input_shapes",
+    "params",
+    "params_total",
+    "trainable",
+    "param_bytes",
+    "grad_bytes",
+    "input_bytes",
+    "output_bytes",
+    "output_nonfinite",
+    "grad_output_nonfinite",
+]
+
+
+def test_a_tracker_summary_matches_a_summary_pass() -> None:
+    torch.manual_seed(0)
+    model = Tied()
+    tokens = torch.tensor([[1, 2, 3]])
+    with track(model, capture=("inputs", "outputs")) as t:
+        model(tokens).sum().backward()
+    recorded = t.summary()
+    model.zero_grad()
+    ran = summary(model, tokens, loss_fn=lambda out: out.sum())
+    assert len(recorded) == len(ran) == 9  # the block and its children twice
+    for mine, theirs in zip(recorded, ran, strict=True):
+        for field in _SAME:
+            assert getattr(mine, field) == getattr(theirs, field), (mine.name, field)
+        assert math.isnan(mine.forward_ms) and math.isnan(mine.backward_ms)
+    assert recorded.total_params == ran.total_params == 10 * 6 + 6 * 6 + 6
+    assert "Times: not measured" in str(recorded)
+
+
+def test_a_tracker_summary_of_statistics_picks_a_step_and_flags_nan() -> None:
+    class Log(nn.Module):
+        def forward(self, x: Tensor) -> Tensor:
+            return torch.log(x)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), Log())
+    with torch.no_grad():
+        model[0].bias.fill_(100.0)
+    with track(model, stats=True, on_nonfinite="warn") as t, pytest.warns(RuntimeWarning):
+        model(torch.ones(2, 4)).sum().backward()
+        t.step()
+        with torch.no_grad():
+            model[0].bias.fill_(-100.0)  # log of negative numbers from step 1 on
+        model(torch.ones(2, 4)).sum().backward()
+    first, second = t.summary(step=0), t.summary()
+    assert [c.name for c in second] == ["", "0", "1"]
+    assert [c.output_nonfinite for c in second] == [True, False, True]
+    assert not any(c.output_nonfinite for c in first)
+    assert second.calls[1].output_shapes == [] and second.calls[1].params == 15  # statistics
+    t.unregister()
+    assert t.summary().total_params == 15  # the modules are still known
+    with pytest.raises(ValueError, match="step=5 was not recorded"):
+        t.summary(step=5)

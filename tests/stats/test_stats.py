@@ -42,6 +42,7 @@ def reference(x: Tensor) -> dict[str, float]:
             "numel": float(n),
             "nonfinite": float(np.sum(~np.isfinite(a))),
             "zero_frac": float(np.sum(a == 0)) / n if n else math.nan,
+            "sum": float(a.sum()),
         }
         for key, f in FORMATS.items():
             ref[f"{key}_overflow"] = float(np.sum(mag > f.max)) / n if n else math.nan
@@ -160,10 +161,11 @@ def test_spread_of_huge_equal_values_is_zero_although_their_squares_overflow() -
 @pytest.mark.parametrize("extra", [[], ["fp16_overflow"]], ids=["own-pass", "range-pass"])
 def test_nan_and_inf_inputs(extra: list[str]) -> None:
     x = torch.tensor([1.0, -2.0, math.nan, math.inf, -math.inf, 0.0, 3.0])
-    got = S.compute(x, [*S.DEFAULT, "abs_mean", "nonfinite", "zero_frac", *extra]).to_dict()
+    names = [*S.DEFAULT, "abs_mean", "nonfinite", "zero_frac", "sum", *extra]
+    got = S.compute(x, names).to_dict()
     assert got["nonfinite"] == 3
     assert got["zero_frac"] == pytest.approx(1 / 7)
-    for name in ("mean", "std", "rms", "abs_mean", "min", "max", "abs_max"):
+    for name in ("mean", "std", "rms", "abs_mean", "min", "max", "abs_max", "sum"):
         assert math.isnan(got[name]), name
     assert got["numel"] == 7
 
@@ -193,7 +195,7 @@ def test_nan_is_not_overflow_or_underflow() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=str)
 def test_empty_tensor(dtype: torch.dtype) -> None:
     got = S.compute(torch.zeros(0, 3, dtype=dtype), [*ALL, S.histogram(bins=3)]).to_dict()
-    counts = {"numel", "nonfinite", "hist_below", "hist_above", "hist_zero"}
+    counts = {"numel", "nonfinite", "sum", "hist_below", "hist_above", "hist_zero"}
     counts |= {"hist_nonfinite", "hist_rejected"}
     for name, value in got.items():
         if name == "hist":

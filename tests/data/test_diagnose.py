@@ -1,0 +1,308 @@
+"""`diagnose`: each finding on a model built to show it, its numbers checked by hand, and no
+finding on a healthy model."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from tensor_tracker import Diagnosis, Tracker, diagnose, diagnosis_stats, track
+from tensor_tracker.data.diagnose import dead_fraction
+
+
+def _mlp(act: type[nn.Module], depth: int, width: int = 32, scale: float = 1.0) -> nn.Sequential:
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        linear = nn.Linear(width, width)
+        with torch.no_grad():
+            linear.weight.mul_(scale)
+        layers += [linear, act()]
+    layers.append(nn.Linear(width, 1))
+    return nn.Sequential(*layers)
+
+
+def _healthy() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)
+    )
+
+
+def _train(
+    model: nn.Module,
+    steps: int = 3,
+    lr: float = 0.01,
+    loss_scale: float = 1.0,
+    **options: Any,
+) -> Tracker:
+    options.setdefault("stats", diagnosis_stats)
+    torch.manual_seed(1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    with track(model, **options) as t:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            (model(torch.randn(64, 32)).square().mean() * loss_scale).backward()
+            optimizer.step()
+            t.step()
+    return t
+
+
+def _checks(diagnosis: Diagnosis) -> list[str]:
+    return [f.check for f in diagnosis]
+
+
+def test_dead_fraction_by_hand() -> None:
+    assert dead_fraction(torch.tensor([[0.0, 1.0], [0.0, 2.0]])).item() == 0.5
+    tokens = torch.zeros(2, 3, 4)
+    tokens[1, 2, 1] = 1.0  # unit 1 alive in one token of one example
+    assert dead_fraction(tokens).item() == 0.75
+    images = torch.zeros(2, 5, 3, 3)
+    images[:, :2] = 1.0  # channels 0 and 1 alive
+    assert dead_fraction(images).item() == pytest.approx(0.6)
+    assert dead_fraction(torch.zeros(3)).item() == 1.0
+
+
+def test_a_healthy_model_has_no_finding() -> None:
+    losses = [1.0 - 0.01 * i for i in range(30)]
+    diagnosis = diagnose(_train(_healthy(), steps=5), loss=losses)
+    assert len(diagnosis) == 0, str(diagnosis)
+    assert "No findings." in str(diagnosis)
+    assert set(diagnosis.checked) >= {"nonfinite", "gradients", "dead_units", "formats", "loss"}
+    skipped = [k for k, v in diagnosis.checked.items() if v.startswith("skipped")]
+    assert skipped == ["update_size"]  # no parameters recorded
+    updates = diagnose(_train(_healthy(), steps=4, stats=None, capture=("outputs", "params")))
+    assert len(updates) == 0, str(updates)
+    assert updates.checked["update_size"].startswith("18 update(s) of 6 parameter(s)")
+
+
+def _output_grads(model: nn.Sequential, names: list[str]) -> dict[str, Tensor]:
+    """d loss / d output of each named child, by torch.autograd.grad on one step."""
+    outputs: dict[str, Tensor] = {}
+    hooks = [
+        model.get_submodule(n).register_forward_hook(
+            lambda m, a, out, n=n: outputs.__setitem__(n, out)
+        )
+        for n in names
+    ]
+    torch.manual_seed(1)
+    loss = model(torch.randn(64, 32)).square().mean()
+    for h in hooks:
+        h.remove()
+    grads = torch.autograd.grad(loss, [outputs[n] for n in names])
+    return dict(zip(names, grads, strict=True))
+
+
+def test_vanishing_gradients_in_a_deep_sigmoid_network() -> None:
+    model = _mlp(nn.Sigmoid, depth=12)
+    reference = _mlp(nn.Sigmoid, depth=12)
+    diagnosis = diagnose(_train(model, steps=1, lr=0.0))
+    found = [f for f in diagnosis if f.check == "vanishing_gradients"]
+    assert len(found) == 1 and found[0].modules == ("0", "24") and found[0].steps == (0, 0)
+    # 25 leaves, 6 at each end: the median rms of their output gradients.
+    leaves = [str(i) for i in range(25)]
+    grads = _output_grads(reference, leaves)
+    rms = {n: g.double().square().mean().sqrt().item() for n, g in grads.items()}
+    near_input = sorted(rms[n] for n in leaves[:6])
+    near_output = sorted(rms[n] for n in leaves[-6:])
+    want_in = (near_input[2] + near_input[3]) / 2
+    want_out = (near_output[2] + near_output[3]) / 2
+    evidence = found[0].evidence
+    assert evidence["rms near input"] == pytest.approx(want_in, rel=1e-4)
+    assert evidence["rms near output"] == pytest.approx(want_out, rel=1e-4)
+    assert evidence["ratio"] == pytest.approx(want_in / want_out, rel=1e-4)
+    assert "vanishing_gradients" not in _checks(diagnose(_train(_healthy(), steps=1, lr=0.0)))
+
+
+def test_vanishing_gradients_from_full_copies_too() -> None:
+    stats = diagnose(_train(_mlp(nn.Sigmoid, depth=12), steps=1, lr=0.0))
+    copies = diagnose(_train(_mlp(nn.Sigmoid, depth=12), steps=1, lr=0.0, stats=None))
+    assert "vanishing_gradients" in _checks(copies)
+    assert copies[0].evidence["ratio"] == pytest.approx(stats[0].evidence["ratio"], rel=1e-4)
+
+
+def test_exploding_gradients_in_a_deep_linear_network() -> None:
+    diagnosis = diagnose(_train(_mlp(nn.Identity, depth=12, scale=5.0), steps=1, lr=0.0))
+    found = [f for f in diagnosis if f.check == "exploding_gradients"]
+    assert len(found) == 1 and found[0].evidence["ratio"] > 1e3  # type: ignore[operator]
+    assert "clip gradients" in found[0].suggestion
+
+
+def test_dead_relu_units() -> None:
+    torch.manual_seed(0)
+    first = nn.Linear(32, 32)
+    with torch.no_grad():
+        first.bias[:8] = -1e3  # a quarter of the units never fire
+        first.bias[8:] = 1e3
+    model = nn.Sequential(first, nn.ReLU(), nn.Linear(32, 1))
+    found = [f for f in diagnose(_train(model, steps=2, lr=0.0)) if f.check == "dead_units"]
+    assert len(found) == 1
+    assert found[0].modules == ("1",) and found[0].steps == (0, 1)
+    assert found[0].evidence["dead fraction (worst)"] == 0.25
+    assert not diagnose(_train(model, steps=1, lr=0.0), dead=0.3).findings
+
+
+def test_dead_units_need_the_statistic_and_say_so() -> None:
+    diagnosis = diagnose(_train(_healthy(), steps=1, stats=True))
+    assert "diagnosis_stats" in diagnosis.checked["dead_units"]
+
+
+@pytest.mark.parametrize("act", [nn.Tanh, nn.Sigmoid])
+def test_saturated_activations(act: type[nn.Module]) -> None:
+    model = _mlp(act, depth=2, scale=40.0)
+    t = _train(model, steps=1, lr=0.0)
+    found = [f for f in diagnose(t) if f.check == "saturation"]
+    assert len(found) == 1 and set(found[0].modules) == {"1", "3"}
+    # The mean slope by hand, from the recorded outputs' own values.
+    outputs: dict[str, Tensor] = {}
+    for name in ("1", "3"):
+        model.get_submodule(name).register_forward_hook(
+            lambda m, a, out, n=name: outputs.__setitem__(n, out.detach().double())
+        )
+    torch.manual_seed(1)
+    model(torch.randn(64, 32))
+    if act is nn.Tanh:
+        slopes = [(1 - y.square()).mean().item() for y in outputs.values()]
+    else:
+        slopes = [(y * (1 - y)).mean().item() / 0.25 for y in outputs.values()]
+    assert found[0].evidence["mean slope (worst)"] == pytest.approx(min(slopes), abs=1e-6)
+    assert min(slopes) < 0.1
+    assert not [f for f in diagnose(_train(_mlp(act, depth=2), steps=1)) if f.check == "saturation"]
+
+
+class Scale(nn.Module):
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.factor
+
+
+def test_fp16_overflow_of_activations_by_fraction_and_by_abs_max() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32), Scale(1e5), nn.Linear(32, 1))
+    t = _train(model, steps=1, lr=0.0)
+    found = [f for f in diagnose(t) if f.check == "fp16_overflow"]
+    assert [f.explanation.split()[0] for f in found] == ["values", "gradients"]
+    assert found[0].modules[0] == "1"
+    # By hand: the fraction of |x * 1e5| above 65504 for the same batch.
+    torch.manual_seed(1)
+    y = model[1](model[0](torch.randn(64, 32)))
+    fraction = (y.abs() > 65504).double().mean().item()
+    assert found[0].evidence["overflow fraction (worst)"] == pytest.approx(fraction)
+    assert "bf16_overflow" not in _checks(diagnose(t))
+    plain = diagnose(_train(model, steps=1, lr=0.0, stats=True))
+    found = [f for f in plain if f.check == "fp16_overflow"]
+    assert found and found[0].evidence["largest abs_max"] == pytest.approx(y.abs().max().item())
+    assert plain.checked["formats"] == "read abs_max, abs_max"
+
+
+def test_fp16_underflow_of_gradients() -> None:
+    diagnosis = diagnose(_train(_healthy(), steps=1, lr=0.0, loss_scale=1e-9))
+    found = [f for f in diagnosis if f.check == "fp16_underflow"]
+    assert len(found) == 1 and "GradScaler" in found[0].suggestion
+    assert "gradients" in found[0].explanation
+    assert "fp8_e4m3_overflow" not in _checks(diagnosis)
+
+
+@pytest.mark.parametrize(("lr", "word"), [(1e-8, "far below"), (30.0, "far above")])
+def test_update_size_against_parameter_size(lr: float, word: str) -> None:
+    model = _healthy()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    t = _train(model, steps=2, lr=lr, stats=None, capture=("outputs", "params"))
+    found = [f for f in diagnose(t) if f.check == "update_size"]
+    assert len(found) == 1 and word in found[0].explanation
+    # The recorded parameters are those before each step: step 0's are `before`, step 1's
+    # are after one update.
+    after = {
+        n: s.value
+        for s in t
+        if s.kind == "param" and s.step == 1 and not s.grad
+        for n in [f"{s.name}.{s.attr}"]
+    }
+    ratios = sorted(
+        (
+            (after[n] - before[n]).double().square().mean().sqrt()
+            / before[n].double().square().mean().sqrt()
+        ).item()
+        for n in before
+    )
+    assert found[0].evidence["update/parameter rms (median)"] == pytest.approx(
+        (ratios[2] + ratios[3]) / 2, rel=1e-6
+    )
+    assert found[0].steps == (0, 0)
+
+
+def test_update_size_needs_parameter_copies() -> None:
+    t = _train(_healthy(), steps=2, capture=("outputs", "params"))
+    assert "copies" in diagnose(t).checked["update_size"]
+
+
+def test_loss_spikes() -> None:
+    losses = [1.0 - 0.001 * i + 0.002 * (i % 3) for i in range(50)]
+    losses[30] = 5.0
+    losses[40] = math.nan
+    diagnosis = diagnose(_train(_healthy(), steps=1), loss=losses)
+    found = [f for f in diagnosis if f.check == "loss_spike"]
+    assert len(found) == 1 and found[0].steps == (30, 40)
+    assert found[0].evidence["spikes"] == 2 and found[0].evidence["worst step"] == 30
+    assert found[0].evidence["loss there"] == 5.0
+    by_step = diagnose(_train(_healthy(), steps=1), loss={s: v for s, v in enumerate(losses)})
+    assert [f.steps for f in by_step if f.check == "loss_spike"] == [(30, 40)]
+
+
+def test_a_nan_is_a_finding_with_its_origin() -> None:
+    class Log(nn.Module):
+        def forward(self, x: Tensor) -> Tensor:
+            return torch.log(x)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 8), Log(), nn.Linear(8, 1))
+    found = diagnose(_train(model, steps=1, lr=0.0))[0]
+    assert (found.check, found.modules, found.steps) == ("nonfinite", ("1",), (0, 0))
+
+
+def test_renderings_and_the_frame() -> None:
+    diagnosis = diagnose(_train(_mlp(nn.Sigmoid, depth=12), steps=1, lr=0.0))
+    text = str(diagnosis)
+    assert "vanishing_gradients [0, 24] steps 0" in text and "Checked:" in text
+    page = diagnosis._repr_html_()
+    assert "<table>" in page and "vanishing_gradients" in page
+    frame = diagnosis.to_frame()
+    assert list(frame.columns) == [
+        "check",
+        "modules",
+        "steps",
+        "evidence",
+        "explanation",
+        "suggestion",
+    ]
+    assert len(frame) == len(diagnosis)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"formats": ["fp4"]}, ValueError, "formats="),
+        ({"vanishing": 2.0}, ValueError, "vanishing="),
+        ({"dead": "half"}, TypeError, "dead="),
+        ({"update_size": (1.0, 0.1)}, ValueError, "update_size="),
+    ],
+)
+def test_bad_arguments_are_named(options: dict[str, Any], error: type, match: str) -> None:
+    t = _train(_healthy(), steps=1)
+    with pytest.raises(error, match=match):
+        diagnose(t, **options)
+    with pytest.raises(TypeError, match="recording"):
+        diagnose(3)
+
+
+def test_an_empty_recording() -> None:
+    with track(_healthy(), stats=True) as t:
+        pass
+    assert diagnose(t).checked == {"all": "skipped: nothing was recorded"}
