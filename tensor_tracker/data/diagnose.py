@@ -89,7 +89,7 @@ class Finding:
     suggestion: str
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class Diagnosis:
     """What `diagnose` found: a sequence of `Finding` (empty when nothing looks wrong),
     and for each check what it looked at, or why it could not run.
@@ -106,6 +106,10 @@ class Diagnosis:
 
     def __len__(self) -> int:
         return len(self.findings)
+
+    def __repr__(self) -> str:
+        checks = ", ".join(f.check for f in self.findings)
+        return f"Diagnosis({len(self.findings)} finding(s){': ' + checks if checks else ''})"
 
     def __iter__(self) -> Iterator[Finding]:
         return iter(self.findings)
@@ -360,7 +364,7 @@ def _check_formats(
 ) -> str:
     np = require("numpy", "pandas")
     frame = rec.frame
-    looked = []
+    looked: dict[str, list[str]] = {}
     for key in formats:
         for what, limit in (("overflow", overflow), ("underflow", underflow)):
             values = rec.column(f"{key}_{what}")
@@ -372,7 +376,7 @@ def _check_formats(
                     source = "abs_max"
             if values is None:
                 continue
-            looked.append(source)
+            looked.setdefault(source, []).append(key)
             for grad in (False, True):
                 rows = (frame["grad"] == grad).to_numpy() & (values > limit)
                 if not rows.any():
@@ -393,7 +397,7 @@ def _check_formats(
                 else:
                     explanation = (
                         f"{tensors} of {len(worst)} module(s) have values too small for "
-                        f"{label} (they would flush to zero)"
+                        f"{label}: in {label} (without scaling) they would flush to zero"
                     )
                     suggestion = (
                         "scale the loss (torch.amp.GradScaler)"
@@ -417,7 +421,10 @@ def _check_formats(
                 )
     if not looked:
         return "skipped: needs format statistics (stats=tensor_tracker.diagnosis_stats)"
-    return "read " + ", ".join(looked)
+    return "read " + ", ".join(
+        f"{source} (for {', '.join(keys)})" if source == "abs_max" else source
+        for source, keys in looked.items()
+    )
 
 
 def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding]) -> str:
@@ -520,7 +527,7 @@ def diagnose(
     saturation: float = 0.1,
     formats: Sequence[str] = ("fp16", "bf16"),
     overflow: float = 0.0,
-    underflow: float = 0.05,
+    underflow: float = 0.1,
     update_size: tuple[float, float] = (1e-5, 1e-1),
     spike: float = 6.0,
 ) -> Diagnosis:

@@ -199,7 +199,7 @@ def test_fp16_overflow_of_activations_by_fraction_and_by_abs_max() -> None:
     plain = diagnose(_train(model, steps=1, lr=0.0, stats=True))
     found = [f for f in plain if f.check == "fp16_overflow"]
     assert found and found[0].evidence["largest abs_max"] == pytest.approx(y.abs().max().item())
-    assert plain.checked["formats"] == "read abs_max, abs_max"
+    assert plain.checked["formats"] == "read abs_max (for fp16, bf16)"
 
 
 def test_fp16_underflow_of_gradients() -> None:
@@ -271,6 +271,7 @@ def test_renderings_and_the_frame() -> None:
     diagnosis = diagnose(_train(_mlp(nn.Sigmoid, depth=12), steps=1, lr=0.0))
     text = str(diagnosis)
     assert "vanishing_gradients [0, 24] steps 0" in text and "Checked:" in text
+    assert repr(diagnosis) == "Diagnosis(2 finding(s): vanishing_gradients, fp16_underflow)"
     page = diagnosis._repr_html_()
     assert "<table>" in page and "vanishing_gradients" in page
     frame = diagnosis.to_frame()
