@@ -19,8 +19,8 @@ Where things live, in layers that import only downwards:
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;
 # they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
 from . import errors, integrations, plot, stats, widgets
-from .api import Tracker, track
-from .core.records import Event, Kind, Stash, StashFn, StashValueFn, Unrecorded
+from .api import Tracker, load, track
+from .core.records import Event, Kind, LogEntry, Stash, StashFn, StashValueFn, Unrecorded
 from .core.stash_fns import (
     CopyValue,
     default_stash,
@@ -28,6 +28,7 @@ from .core.stash_fns import (
     get_stash_fn,
 )
 from .core.structure import rmap_tensor
+from .core.tracker import stash
 from .data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
@@ -41,6 +42,7 @@ __all__ = [
     "Event",
     "Finding",
     "Kind",
+    "LogEntry",
     "MemoryBudgetError",
     "ModuleCall",
     "NonFinite",
@@ -60,8 +62,10 @@ __all__ = [
     "formats",
     "get_stash_fn",
     "integrations",
+    "load",
     "plot",
     "rmap_tensor",
+    "stash",
     "stats",
     "summary",
     "to_frame",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import os
+import shutil
 import warnings
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -16,6 +20,7 @@ from .core.stash_fns import CopyValue, get_stash_fn
 from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
+from .data.recording import RecordingWriter, _spec_of, read_recording
 from .data.summary import Summary, recorded_summary
 from .errors import ArgumentValueError, NonFiniteError
 from .stats import StatsFn, parse
@@ -24,7 +29,7 @@ from .stats.store import StatsStore
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["Tracker", "track"]
+__all__ = ["Tracker", "load", "track"]
 
 
 class Tracker(Recorder):
@@ -90,6 +95,88 @@ class Tracker(Recorder):
         self._sync()
         return recorded_summary(self.stashes, dict(self.modules), step)
 
+    def log_frame(self) -> pandas.DataFrame:
+        """The scalars of `log` and the notes of `note` as a DataFrame: columns `step`,
+        `name`, `value` and `text`, in order (a note has no name and value, a scalar no
+        text: missing values there).
+
+        Example:
+            >>> t.log("lr", 0.1); t.note("warm-up over")
+            >>> t.log_frame()[["step", "name", "value"]].values.tolist()[0]
+            [0, 'lr', 0.1]
+            >>> t.log_frame()["text"].tolist()[1]
+            'warm-up over'
+        """
+        pd = require("pandas", "pandas")
+        rows = [
+            (e.step, e.name, float(e.value) if e.text is None else math.nan, e.text)
+            for e in self.logged
+        ]
+        frame: pandas.DataFrame = pd.DataFrame(rows, columns=["step", "name", "value", "text"])
+        return frame
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write everything recorded (records, statistics, full copies, scalars and notes,
+        module names and type names) to the directory `path`, in the documented format of
+        `tensor_tracker.data.recording` (Arrow streams, safetensors, JSON; no pickle).
+        Read it back anywhere with `tensor_tracker.load(path)`. Needs the `[save]` extra
+        (pyarrow, safetensors).
+
+        Raises:
+            ValueError: `path` already holds a recording, or a record holds a value that
+                cannot be saved without pickle (the message names the record).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> folder = pathlib.Path(tempfile.mkdtemp()) / "run"
+            >>> tracker.save(folder)
+            >>> len(tensor_tracker.load(folder)) == len(tracker)
+            True
+        """
+        self._sync()
+        existed = Path(path).exists()
+        writer = RecordingWriter(path, _spec_of(self.stashes))
+        try:
+            writer.write(self.stashes)
+            writer.log(self.logged)
+        except BaseException:
+            writer.close()
+            if not existed:  # leave nothing half-written behind
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+        writer.close()
+
+
+def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
+    """Read a recording written by `Tracker.save` or `track(..., stream_to=path)`, also
+    while that run is still writing it; no pickle is involved, so a recording from someone
+    else is safe to open.
+
+    The result is a `Tracker` holding the records (no model attached): `to_frame()`,
+    indexing, `log_frame()`, every plot and viewer work on it. Module classes come back as
+    the real classes when their module is already imported (nothing is imported to find
+    them), otherwise as stand-ins with the same name; containers other than tuples, lists
+    and dicts (dataclasses, `ModelOutput`) come back as dicts, namedtuples as tuples.
+
+    Args:
+        path: the recording's directory.
+        recover: when a file was truncated (the writing process was killed mid-step),
+            read what is complete and warn, instead of raising.
+
+    Raises:
+        RecordingError: not a recording, a newer format, or a truncated file (its message
+            names the file and how much is complete).
+
+    Example:
+        >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
+        >>> t.to_frame()                             # doctest: +SKIP
+    """
+    recording = read_recording(path, recover=recover)
+    tracker = Tracker(get_stash_fn(recording.stats) if recording.stats is not None else None)
+    tracker.stashes = recording.columns
+    tracker.logged = recording.log
+    return tracker
+
 
 def track(
     module: nn.Module,
@@ -112,6 +199,7 @@ def track(
     seed: int = 0,
     non_blocking: bool = False,
     on_nonfinite: str | Callable[[NonFinite | None], Any] | None = None,
+    stream_to: str | os.PathLike[str] | None = None,
 ) -> Tracker:
     """Track what the modules of `module` compute; use it as a context manager.
 
@@ -239,6 +327,13 @@ def track(
             once and goes on; a function is called once with the `NonFinite` (`None` when
             the value was not the first tensor of an output, which `first_nonfinite` reads). The check
             adds no host synchronisation to the hooks: one per backward pass.
+        stream_to: a directory to write the recording to as the run goes (see
+            `Tracker.save` for the format; needs the `[save]` extra): at each `step()` and
+            at the end of each `with` block, the records so far are appended to disk and
+            dropped from memory, so memory stays flat over any number of steps, and
+            `tensor_tracker.load(path)` reads the run, also from another process while
+            it goes on. A process killed mid-write loses at most the step being written.
+            The tracker itself then holds only the current step.
 
     Returns:
         A `Tracker`: a sequence of `Stash` with `to_frame()`, `step()`, `nbytes`.
@@ -286,8 +381,27 @@ def track(
     )
     if on_nonfinite is not None:
         _arm_tripwire(tracker, on_nonfinite)
+    if stream_to is not None:
+        _stream(tracker, stream_to)
     tracker.register_all(module, grad=grad, include=include, exclude=exclude)
     return tracker
+
+
+def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
+    """Set up `track(..., stream_to=path)` (before any hook is attached)."""
+    check_type(path, (str, os.PathLike), "stream_to=", "a directory path")
+    writer = RecordingWriter(path, _spec_of(tracker.stashes))
+
+    def flush(block_ended: bool) -> None:
+        tracker._sync()
+        writer.write(tracker.stashes)
+        writer.log(tracker.logged)
+        tracker.clear()  # on disk now: memory stays flat however long the run
+        tracker.logged.clear()
+        if block_ended:
+            writer.pause()
+
+    tracker._flush = flush
 
 
 def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | None], Any]) -> None:

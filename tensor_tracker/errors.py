@@ -15,7 +15,9 @@ built-ins keeps working:
 - an optional extra (pandas, matplotlib, ...) that is not installed: `MissingExtraError`
   (an `ImportError`);
 - a NaN or infinity recorded under `track(..., on_nonfinite="raise")`: `NonFiniteError`
-  (a `FloatingPointError`).
+  (a `FloatingPointError`);
+- a recording on disk that cannot be read (not a recording, a newer format, a truncated
+  file): `RecordingError` (a `ValueError`).
 
 Example:
     >>> from tensor_tracker.errors import ArgumentValueError
@@ -35,6 +37,7 @@ __all__ = [
     "MissingExtraError",
     "NonFiniteError",
     "NotRecordedError",
+    "RecordingError",
     "TensorTrackerError",
     "TrackerStateError",
 ]
@@ -83,3 +86,9 @@ class NonFiniteError(TensorTrackerError, FloatingPointError):
     def __init__(self, message: str, found: object) -> None:
         super().__init__(message)
         self.found = found
+
+
+class RecordingError(TensorTrackerError, ValueError):
+    """A recording on disk cannot be read as asked: not a recording, written by a newer
+    version, or a truncated or corrupted file (the message names the file and what could be
+    read)."""

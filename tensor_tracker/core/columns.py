@@ -144,6 +144,24 @@ class Columns(MutableSequence[Stash]):
         self.flags.append(flags)
         self.ref.append(ref)
 
+    def add_rows(self, site: Any, call: Any, step: Any, flags: Any, ref: Any) -> None:
+        """Append many records at once from numpy arrays (what loading a recording does):
+        `site`, `call`, `ref` int32, `step` int64, `flags` uint8, none of them `OBJECT`."""
+        if not len(ref):
+            return
+        n = len(self.ref)
+        starts = [0, *(i + 1 for i in (step[1:] != step[:-1]).nonzero()[0].tolist())]
+        for start in starts:
+            value = int(step[start])
+            if value != self._last_step:
+                self._last_step = value
+                self.step_rows.append(n + start)
+                self.step_values.append(value)
+        self.site.frombytes(site.astype("int32").tobytes())
+        self.call.frombytes(call.astype("int32").tobytes())
+        self.flags.frombytes(flags.astype("uint8").tobytes())
+        self.ref.frombytes(ref.astype("int32").tobytes())
+
     def add_object(self, site: int, call: int, step: int, flags: int, value: Any) -> None:
         """Append one record whose value is kept as a Python object."""
         self.add(site, call, step, flags | OBJECT, len(self.objects))

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 __all__ = [
     "Event",
     "Kind",
+    "LogEntry",
     "Origin",
     "Stash",
     "StashFn",
@@ -20,9 +21,10 @@ __all__ = [
     "first_value",
 ]
 
-Kind = Literal["output", "input", "param", "optimizer"]
-"""What a stash holds: a module's output, one of its inputs, one of its own parameters, or
-the optimizer's state for one of those parameters."""
+Kind = Literal["output", "input", "param", "optimizer", "named"]
+"""What a stash holds: a module's output, one of its inputs, one of its own parameters, the
+optimizer's state for one of those parameters, or a tensor named with `tensor_tracker.stash`
+inside the module's forward (its `attr` is the name)."""
 
 
 @dataclasses.dataclass
@@ -116,6 +118,23 @@ StashFn = Callable[[Event], Stash]
 StashValueFn = Callable[[Tensor], Any]
 """Transforms each stashed tensor; pass one as `track(model, stash_value=...)`. It receives
 the live tensor (possibly requiring grad): return something detached."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LogEntry:
+    """A scalar (`Tracker.log`) or a note (`Tracker.note`), with the step it was made in.
+
+    Attributes:
+        step: the tracker's step then.
+        name: the scalar's name (`None` for a note).
+        value: the scalar (a float, or a 0-d tensor not read yet; NaN for a note).
+        text: the note (`None` for a scalar).
+    """
+
+    step: int
+    name: str | None
+    value: Any
+    text: str | None
 
 
 @dataclasses.dataclass(frozen=True)

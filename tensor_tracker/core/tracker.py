@@ -6,6 +6,7 @@ The recording core of `tensor_tracker.Tracker`, which adds the ways to read a re
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import sys
 import warnings
@@ -41,11 +42,11 @@ from ..errors import (
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
 from .memo import RecentTensors
-from .records import Kind, Origin, Stash, StashFn, StashValueFn
+from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn, keep
 from .structure import iter_leaves, iter_tensors
 
-__all__ = ["CAPTURE", "Pattern", "Recorder"]
+__all__ = ["CAPTURE", "Pattern", "Recorder", "stash"]
 
 Pattern = str | re.Pattern[str] | None
 """A module-name filter: `None`, a regular expression string, or a compiled pattern."""
@@ -109,6 +110,47 @@ def _flat_tensors(value: Any) -> bool:
 
 
 _R = TypeVar("_R", bound="Recorder")
+
+_ACTIVE: list[Recorder] = []
+"""Trackers with hooks attached now: those `stash` records into."""
+
+
+def stash(name: str, value: Any) -> Any:
+    """Record `value` (a tensor, or a structure of tensors) under `name` with every tracker
+    that is recording now, as a record of the innermost tracked module whose `forward` is
+    running (kind `"named"`, attr `name`), and its gradient too when it has one; return
+    `value` unchanged. Call it anywhere, e.g. inside `forward` for a tensor that is no
+    module's output; with no tracker recording it does nothing (one list check).
+
+    Outside any tracked module (e.g. the loss in the training loop) the record is the root
+    module's (name `""`).
+
+    Args:
+        name: the name to record it under.
+        value: what to record.
+
+    Returns:
+        `value`, so it can wrap an expression: `scores = stash("scores", q @ k.T)`.
+
+    Example:
+        >>> class Attention(nn.Module):
+        ...     def forward(self, q):
+        ...         scores = tensor_tracker.stash("scores", q @ q.T)
+        ...         return scores.softmax(-1) @ q
+        >>> attention = Attention()
+        >>> with track(attention) as t:
+        ...     attention(torch.randn(3, 4, requires_grad=True)).sum().backward()
+        >>> [(s.name, s.kind, s.attr, s.grad) for s in t]
+        [('', 'named', 'scores', False), ('', 'output', '', False), ('', 'output', '', True), ('', 'named', 'scores', True)]
+    """
+    if not _ACTIVE:
+        return value
+    check_type(name, str, "stash(name, value): name", "a str")
+    frame = sys._getframe(1)
+    for tracker in list(_ACTIVE):
+        tracker._stash_named(name, value, frame)
+    return value
+
 
 _COMPILED_PREFIX = re.compile(r"^_orig_mod\.?")
 
@@ -289,6 +331,12 @@ class Recorder:
         # What __exit__ detached, for re-entering `with tracker:`; see __enter__.
         self._resume: tuple[list[_Registration], list[Callable[..., Any]]] | None = None
         self._unregistered = False
+        self._loose: _Registration | None = None  # see _stash_named
+        self.logged: list[LogEntry] = []
+        """Scalars and notes made with `log` and `note`, in order."""
+        # Set by `track(..., stream_to=...)`: writes the records so far to disk and drops
+        # them; called at `step()` and at the end of each `with` block.
+        self._flush: Callable[[bool], None] | None = None
         self._recorded = False  # whether a hook recorded anything in the current block
         self._depth = 0  # nested `with tracker:` blocks; the outermost one detaches
         self._handles: list[RemovableHandle] = []
@@ -370,6 +418,44 @@ class Recorder:
         self._resume = None
         self._unregistered = True
 
+    def log(self, name: str, value: float | Tensor) -> None:
+        """Record a scalar for the current step, e.g. the loss or the learning rate; on
+        every step, also those `every=` does not record tensors in. A tensor is kept as it
+        is (no host synchronisation now) and read when the log is.
+
+        Args:
+            name: the scalar's name.
+            value: a number or a one-element tensor.
+
+        Example:
+            >>> with track(model, stats=True) as t:
+            ...     loss = model(x).square().mean()
+            ...     t.log("loss", loss)
+            >>> [(e.step, e.name) for e in t.logged]
+            [(0, 'loss')]
+        """
+        check_type(name, str, "log(name, value): name", "a str")
+        if isinstance(value, Tensor):
+            if value.numel() != 1:
+                raise ArgumentValueError(
+                    f"log({name!r}, value): value must hold one number, got a tensor of shape "
+                    f"{tuple(value.shape)}"
+                )
+            value = value.detach()
+        else:
+            check_type(value, (int, float), "log(name, value): value", "a number or a tensor")
+            value = float(value)
+        self.logged.append(LogEntry(self._step, name, value, None))
+
+    def note(self, text: str) -> None:
+        """Write a note for the current step (e.g. "lr halved"); saved with the recording.
+
+        Example:
+            >>> t.note("switched to the long sequences")
+        """
+        check_type(text, str, "note(text)", "a str")
+        self.logged.append(LogEntry(self._step, None, math.nan, text))
+
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
         self.stashes.clear()
@@ -392,6 +478,8 @@ class Recorder:
         if n is not None:
             check_int(n, "step(n): n")
         self._check_nonfinite()  # forward-only loops have no end of backward
+        if self._flush is not None:
+            self._flush(False)
         if self._keep_steps is not None:
             self.stashes.keep_recent_steps(self._keep_steps - 1)
             if self._max_bytes is not None:
@@ -443,6 +531,8 @@ class Recorder:
     def _attach(self, reg: _Registration) -> None:
         if self._optimizer is not None and not self._attached:
             self._handles.append(self._optimizer.register_step_post_hook(self._optimizer_hook))
+        if not self._attached:
+            _ACTIVE.append(self)
         self._attached = True
         module = reg.module
         # Under torch.compile, Dynamo would trace the hooks (slowly, recompiling as their
@@ -478,6 +568,36 @@ class Recorder:
         self._grad_handles.clear()
         self._attached = False
         self._recent_taps.clear()
+        _ACTIVE[:] = [t for t in _ACTIVE if t is not self]
+
+    def _stash_named(self, name: str, value: Any, frame: Any) -> None:
+        """Record `value` for `stash`, under the innermost registered module whose
+        `forward` is on the call stack from `frame` up."""
+        if graph_task_id() != -1:  # in backward(): a checkpoint's recomputation
+            return
+        by_module = {id(reg.module): reg for reg in self._registrations}
+        reg = None
+        while frame is not None and reg is None:
+            owner = frame.f_locals.get("self")
+            reg = None if owner is None else by_module.get(id(owner))
+            frame = frame.f_back
+        if reg is None:
+            reg = next((r for r in self._registrations if r.name == ""), None)
+            if reg is None:
+                if self._loose is None:  # for records outside every tracked module
+                    self._loose = _Registration(nn.Module(), "", True)
+                reg = self._loose
+        training = reg.module.training
+        if self._train_only and not training:
+            return
+        # Inside forward the forward hook has not counted this call yet (the pre-hook has,
+        # when there is no forward hook).
+        call = reg.calls if self._outputs else max(reg.calls - 1, 0)
+        flags = TRAINING if training else 0
+        site = self._site(reg, "named", name)
+        self._record(site, call, self._step, flags, value)
+        if reg.grad:
+            self._hook_grads(reg, site, call, self._step, flags, value)
 
     # -- hooks (hot path: no host synchronisation, little Python) -------------------------
 
@@ -803,6 +923,8 @@ class Recorder:
         silent = self._attached and not self._recorded
         unregistered = self._unregistered
         self.unregister()
+        if self._flush is not None:
+            self._flush(True)
         self._unregistered = unregistered  # by unregister() or MemoryBudgetError in the block
         if resume[0]:
             self._resume = resume

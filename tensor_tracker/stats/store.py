@@ -186,6 +186,23 @@ class StatsStore:
         self._recent.put(tensor, ref)
         return ref
 
+    def add_host_rows(self, raw: bytes, numel: bytes) -> tuple[int, int]:
+        """Keep raw vectors read back from somewhere (a saved recording) as CPU rows:
+        `raw` the float64 bytes of `[n, width]`, `numel` the int64 bytes of `[n]`. Returns
+        `(first, step)`: row `i`'s reference is `first + i * step`."""
+        cpu = torch.device("cpu")
+        slot = self._slots.get(cpu)
+        if slot is None:
+            slot = self._slot(cpu)
+        part = self._parts[slot]
+        assert isinstance(part, _HostRows)
+        first = len(part.numel)
+        part.raw.frombytes(raw)
+        part.numel.frombytes(numel)
+        if len(part.numel) > _MAX_ROWS:
+            raise TrackerStateError(f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device")
+        return first << _SLOT_BITS | slot, 1 << _SLOT_BITS
+
     def _slot(self, device: torch.device) -> int:
         slot = len(self._parts)
         if slot == _SLOTS:
