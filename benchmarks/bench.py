@@ -18,10 +18,12 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -440,14 +442,18 @@ def summary_cost(repeats: int) -> None:
     )
 
 
-def training_run(steps: int, histogram: stats.Histogram | None = None) -> None:
+def training_run(
+    steps: int, histogram: stats.Histogram | None = None, stream: bool = False
+) -> None:
     """Issue #5's configuration: a whole run with every=10, histograms, parameters. Steps of
     an untracked and a tracked copy of the model alternate; the ratio compares their total
-    times."""
+    times. With `stream`, a third copy is tracked the same way with `stream_to=` (issue
+    #14), its steps interleaved with the other two."""
     untracked = make_model(256, 4)
-    tracked = copy.deepcopy(untracked)
+    copies = [copy.deepcopy(untracked) for _ in range(2 if stream else 1)]
     x = torch.randn(4, 64, 256)
-    optimizers = {m: torch.optim.SGD(m.parameters(), lr=1e-4) for m in (untracked, tracked)}
+    models = [untracked, *copies]
+    optimizers = {m: torch.optim.SGD(m.parameters(), lr=1e-4) for m in models}
 
     def step(model: nn.Module) -> None:
         optimizer = optimizers[model]
@@ -457,22 +463,34 @@ def training_run(steps: int, histogram: stats.Histogram | None = None) -> None:
 
     histogram = histogram or stats.histogram()
     spec = [*stats.DEFAULT, histogram]
-    totals = [0.0, 0.0]
-    with tensor_tracker.track(
-        tracked, stats=spec, capture=("outputs", "params"), every=10
-    ) as tracker:
-        step(untracked)
-        step(tracked)  # warm-up; not timed
-        tracker.clear()
+    totals = [0.0] * len(models)
+    with tempfile.TemporaryDirectory() as folder, contextlib.ExitStack() as stack:
+        trackers = [
+            stack.enter_context(
+                tensor_tracker.track(
+                    m,
+                    stats=spec,
+                    capture=("outputs", "params"),
+                    every=10,
+                    stream_to=Path(folder, "run") if i else None,
+                )
+            )
+            for i, m in enumerate(copies)
+        ]
+        for model in models:
+            step(model)  # warm-up; not timed
+        for tracker in trackers:
+            tracker.clear()
         for _ in range(steps):
-            start = time.perf_counter()
-            step(untracked)
-            middle = time.perf_counter()
-            step(tracked)
-            tracker.step()
-            end = time.perf_counter()
-            totals[0] += middle - start
-            totals[1] += end - middle
+            for i, model in enumerate(models):
+                start = time.perf_counter()
+                step(model)
+                if i:
+                    trackers[i - 1].step()
+                totals[i] += time.perf_counter() - start
+        stack.close()
+        on_disk = sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file())
+    tracker = trackers[0]
     ratio = totals[1] / totals[0]
     recorded = len({s.step for s in tracker})
     verdict = "met" if ratio <= 1.05 else "MISSED"
@@ -486,6 +504,51 @@ def training_run(steps: int, histogram: stats.Histogram | None = None) -> None:
         f"- {recorded} recorded steps, {len(tracker) / recorded:.0f} stashes and "
         f"{tracker.nbytes / recorded:,.0f} bytes held per recorded step"
     )
+    if stream:
+        streamed = totals[2] / totals[1]
+        verdict = "met" if streamed <= 1.02 else "MISSED"
+        print(
+            f"- the same, streamed to disk (stream_to=): {totals[2] / totals[0]:.3f}x untracked, "
+            f"{streamed:.3f}x the in-memory tracker (target <= 1.02: {verdict}); "
+            f"{on_disk:,} bytes on disk"
+        )
+
+
+def recording_size(steps: int) -> None:
+    """Issue #14: a statistics recording of `steps` steps of a 101-module model (50 x
+    Linear+ReLU, `stats=True`, outputs and gradients), streamed to disk: its size and the
+    time `load` and `to_frame` take."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(50) for m in (nn.Linear(16, 16), nn.ReLU())])
+    x = torch.randn(8, 16)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "run")
+        with tensor_tracker.track(model, stats=True, stream_to=path) as tracker:
+            for _ in range(steps):
+                model(x).sum().backward()
+                tracker.log("loss", 0.0)
+                tracker.step()
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        start = time.perf_counter()
+        loaded = tensor_tracker.load(path)
+        load_s = time.perf_counter() - start
+        start = time.perf_counter()
+        frame = loaded.to_frame()
+        frame_s = time.perf_counter() - start
+    full = steps >= 1000
+    print(
+        f"\n## Recording on disk: {steps} steps x 101 modules, stats=True (outputs and "
+        f"gradients: {len(frame):,} records)\n"
+    )
+    print(
+        f"- {size / 1e6:.2f} MB on disk"
+        + (f" (target <= 20 MB: {'met' if size <= 20e6 else 'MISSED'})" if full else "")
+    )
+    print(
+        f"- load {load_s:.2f} s"
+        + (f" (target < 2 s: {'met' if load_s < 2 else 'MISSED'})" if full else "")
+        + f", then to_frame {frame_s:.2f} s"
+    )
 
 
 def main() -> None:
@@ -498,7 +561,16 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=40, help="step pairs per configuration")
     parser.add_argument(
         "--part",
-        choices=["all", "overhead", "small", "memory", "frame", "summary", "training"],
+        choices=[
+            "all",
+            "overhead",
+            "small",
+            "memory",
+            "frame",
+            "summary",
+            "training",
+            "recording",
+        ],
         default="all",
         help="run one part of the benchmark",
     )
@@ -528,9 +600,11 @@ def main() -> None:
     if part in ("all", "summary"):
         summary_cost(3 if args.quick else 20)
     if part in ("all", "training"):
-        training_run(20 if args.quick else 200)
+        training_run(20 if args.quick else 200, stream=True)
         if not args.quick:
             training_run(200, stats.histogram(sample_n=4096))
+    if part in ("all", "recording"):
+        recording_size(50 if args.quick else 1000)
 
 
 if __name__ == "__main__":
