@@ -6,7 +6,7 @@ import math
 import os
 import shutil
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,7 +189,7 @@ def track(
     stats: Any = None,
     capture: str | Iterable[str] = "outputs",
     optimizer: torch.optim.Optimizer | None = None,
-    every: int = 1,
+    every: int | Mapping[str, int] = 1,
     train_only: bool = False,
     max_bytes: int | None = None,
     keep_steps: int | None = None,
@@ -307,7 +307,8 @@ def track(
         stats: `True`, statistic names, or custom statistics (see above).
         capture: `"outputs"`, `"inputs"`, `"params"`, or several of them.
         optimizer: record this optimizer's state for the tracked parameters.
-        every: record every N-th step only.
+        every: record every N-th step only (or `{kind: N}` per kind of step, see
+            `Tracker.step`).
         train_only: record only modules in training mode.
         max_bytes: memory budget for the stashes.
         keep_steps: keep only the current step and the `keep_steps - 1` before it (a

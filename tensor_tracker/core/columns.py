@@ -309,6 +309,35 @@ class Columns(MutableSequence[Stash]):
         self.step_values = self.step_values[cut:]
         self._views = weakref.WeakValueDictionary()  # rows have moved
 
+    def drop_from(self, first: int) -> None:
+        """Drop the records from row `first` on (the most recent ones) and the values they
+        hold, also the store's rows (`truncate(refs)` on the store)."""
+        if first >= len(self):
+            return
+        dropped = range(first, len(self))
+        objects = [self.ref[r] for r in dropped if self.flags[r] & (OBJECT | STASH)]
+        stored = [self.ref[r] for r in dropped if not self.flags[r] & (OBJECT | STASH)]
+        stored += [
+            ref
+            for r in dropped
+            if self.flags[r] & REFS
+            for ref in self.objects[self.ref[r]]
+            if ref is not None
+        ]
+        if objects:
+            del self.objects[min(objects) :]
+        if stored:
+            truncate = getattr(self.store, "truncate", None)
+            assert callable(truncate)
+            truncate(stored)
+        for column in (self.site, self.call, self.flags, self.ref):
+            del column[first:]
+        while self.step_rows and self.step_rows[-1] >= first:
+            self.step_rows.pop()
+            self.step_values.pop()
+        self._last_step = self.step_values[-1] if self.step_values else None
+        self._views = weakref.WeakValueDictionary()
+
     def clear(self) -> None:
         """Drop every record (and the values they hold)."""
         self._reset()

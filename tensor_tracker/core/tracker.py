@@ -11,7 +11,7 @@ import re
 import sys
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 import torch
@@ -247,7 +247,9 @@ class Recorder:
             and `exp_avg_sq`) for the registered modules' parameters after each
             `optimizer.step()`.
         every: record only every N-th step (see `step`); between recorded steps no hook is
-            attached at all.
+            attached at all. A dict `{kind: N}` sets it per kind of step (see
+            `step(kind=...)`; `"default"` for the steps of no declared kind, 1 unless given),
+            so that each kind is recorded at least every N of its steps.
         train_only: record only while modules are in training mode.
         max_bytes: raise `MemoryBudgetError` (after removing the hooks, keeping what was
             stashed) instead of letting the stashes grow past this many bytes.
@@ -271,7 +273,7 @@ class Recorder:
         *,
         capture: str | Iterable[str] = "outputs",
         optimizer: torch.optim.Optimizer | None = None,
-        every: int = 1,
+        every: int | Mapping[str, int] = 1,
         train_only: bool = False,
         max_bytes: int | None = None,
         keep_steps: int | None = None,
@@ -284,7 +286,12 @@ class Recorder:
         check_choices(capture_set, "capture=", CAPTURE)
         if stash is not None:
             check_callable(stash, "stash=", "Event -> Stash")
-        check_count(every, "every=", "record every N-th step")
+        if isinstance(every, Mapping):
+            for key, value in every.items():
+                check_type(key, str, "every= keys", "step kinds (str)")
+                check_count(value, f"every[{key!r}]", "record every N-th step of that kind")
+        else:
+            check_count(every, "every=", "record every N-th step (or {kind: N})")
         check_bool(train_only, "train_only=")
         check_count(max_bytes, "max_bytes=", "bytes", optional=True)
         check_count(keep_steps, "keep_steps=", "steps to keep", optional=True)
@@ -315,7 +322,13 @@ class Recorder:
         self._inputs = "inputs" in capture_set
         self._params = "params" in capture_set
         self._optimizer = optimizer
-        self._every = every
+        self._every_default = every if isinstance(every, int) else every.get("default", 1)
+        self._every: dict[str, int] = {} if isinstance(every, int) else dict(every)
+        self._kind = "default"
+        self._kind_index = 0
+        self._kind_counts: dict[str, int] = {"default": 1}
+        self.step_kinds: dict[int, str] = {}
+        """The kind of each step declared with `step(kind=...)` other than "default"."""
         self._train_only = train_only
         self._max_bytes = max_bytes
         self._nbytes = 0
@@ -355,7 +368,12 @@ class Recorder:
     @property
     def recording(self) -> bool:
         """Whether the current step is recorded (always, unless `every` > 1)."""
-        return self._step_count % self._every == 0
+        return self._kind_index % self._every.get(self._kind, self._every_default) == 0
+
+    @property
+    def step_kind(self) -> str:
+        """The kind of the current step (see `step(kind=...)`)."""
+        return self._kind
 
     def register(self, module: nn.Module, name: str = "", grad: bool = True) -> None:
         """Record `module`'s forward output under `name` and, when `grad` is true, the
@@ -462,10 +480,18 @@ class Recorder:
         self._nbytes = 0
         self._counted.clear()
 
-    def step(self, n: int | None = None) -> None:
+    def step(self, n: int | None = None, *, kind: str = "default", keep: bool = True) -> None:
         """Advance to the next step (or to step `n`, for an x-axis of your choice such as
         epochs or tokens seen). Later stashes carry the new `step`; call indices restart.
         With `every=N`, hooks are attached only during every N-th step.
+
+        Args:
+            n: the number of the next step (default: this one's plus 1).
+            kind: the kind of the next step, e.g. `"long_sequence"`; with
+                `every={"default": 10, "long_sequence": 2}` each kind is recorded at its
+                own pace (every N-th step of that kind). `step_kinds` keeps the kinds.
+            keep: `False` drops what the step that ends now recorded (decide after the
+                fact, e.g. keep only steps whose loss jumped); its scalars and notes stay.
 
         Example:
             >>> with track(model, stats=True) as tracker:
@@ -477,7 +503,11 @@ class Recorder:
         """
         if n is not None:
             check_int(n, "step(n): n")
+        check_type(kind, str, "step(kind=...)", "a str naming the kind of the next step")
+        check_bool(keep, "step(keep=...)")
         self._check_nonfinite()  # forward-only loops have no end of backward
+        if not keep:
+            self._drop_step()
         if self._flush is not None:
             self._flush(False)
         if self._keep_steps is not None:
@@ -487,12 +517,29 @@ class Recorder:
                 self._nbytes = _objects_nbytes(self.stashes, self._counted)
         self._step = self._step + 1 if n is None else n
         self._step_count += 1
+        self._kind = kind
+        self._kind_index = self._kind_counts.get(kind, 0)
+        self._kind_counts[kind] = self._kind_index + 1
+        if kind != "default":
+            self.step_kinds[self._step] = kind
         for registration in self._registrations:
             registration.calls = 0
         if self.recording and not self._attached:
             self._attach_all()
         elif not self.recording:
             self._detach()
+
+    def _drop_step(self) -> None:
+        """Drop the records of the current step (`step(keep=False)`)."""
+        columns = self.stashes
+        if columns.step_values and columns.step_values[-1] == self._step:
+            self._sync()
+            columns.drop_from(columns.step_rows[-1])
+            self._counted.clear()
+            store = columns.store
+            self._nbytes = (0 if store is None else store.nbytes) + _objects_nbytes(
+                columns, self._counted
+            )
 
     def _attach_all(self) -> None:
         for registration in self._registrations:

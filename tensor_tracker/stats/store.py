@@ -186,6 +186,18 @@ class StatsStore:
         self._recent.put(tensor, ref)
         return ref
 
+    def truncate(self, refs: list[int]) -> None:
+        """Drop the rows `refs` and every row added after them (the most recent rows: what
+        a tracker drops when a step is not kept)."""
+        for slot, part in enumerate(self._parts):
+            rows = [ref >> _SLOT_BITS for ref in refs if ref & (_SLOTS - 1) == slot]
+            if rows:
+                first = min(rows)
+                del part.numel[first:]
+                if isinstance(part, _HostRows):
+                    del part.raw[first * part.width :]
+        self._recent.clear()  # it may refer to a dropped row
+
     def add_host_rows(self, raw: bytes, numel: bytes) -> tuple[int, int]:
         """Keep raw vectors read back from somewhere (a saved recording) as CPU rows:
         `raw` the float64 bytes of `[n, width]`, `numel` the int64 bytes of `[n]`. Returns
