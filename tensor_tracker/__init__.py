@@ -18,7 +18,7 @@ Where things live, in layers that import only downwards:
 
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;
 # they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
-from . import errors, integrations, plot, stats, widgets
+from . import errors, export, integrations, plot, stats, widgets
 from .api import Tracker, load, track
 from .core.records import Event, Kind, LogEntry, Stash, StashFn, StashValueFn, Unrecorded
 from .core.stash_fns import (
@@ -58,6 +58,7 @@ __all__ = [
     "diagnose",
     "diagnosis_stats",
     "errors",
+    "export",
     "first_nonfinite",
     "formats",
     "get_stash_fn",

@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "tensor_tracker"
 
 # The layers from the bottom up; a module may import its own layer and those below it.
-LAYERS = ("util", "core", "stats", "data", "plot", "widgets", "integrations", "top")
+LAYERS = ("util", "core", "stats", "data", "plot", "widgets", "export", "integrations", "top")
 UTIL = {"errors", "_validate", "_optional", "_torch_compat"}
 OPTIONAL_RENDERING = ("matplotlib", "ipywidgets", "IPython")
 
@@ -25,7 +25,11 @@ FORBIDDEN_EXTERNAL = {
     "plot": ("ipywidgets",),
 }
 # Sideways imports between layers of the same height are not allowed either.
-SIBLINGS = {"plot": {"widgets", "integrations"}, "integrations": {"plot", "widgets"}}
+SIBLINGS = {
+    "plot": {"widgets", "export", "integrations"},
+    "export": {"plot", "widgets", "integrations"},
+    "integrations": {"plot", "widgets", "export"},
+}
 
 
 def layer_of(module: str) -> str:
