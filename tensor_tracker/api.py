@@ -403,6 +403,7 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
             writer.pause()
 
     tracker._flush = flush
+    tracker.stream_path = Path(path)
 
 
 def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | None], Any]) -> None:

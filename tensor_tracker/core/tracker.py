@@ -350,6 +350,8 @@ class Recorder:
         # Set by `track(..., stream_to=...)`: writes the records so far to disk and drops
         # them; called at `step()` and at the end of each `with` block.
         self._flush: Callable[[bool], None] | None = None
+        self.stream_path: Any = None
+        """The directory `track(..., stream_to=...)` writes to (None otherwise)."""
         self._recorded = False  # whether a hook recorded anything in the current block
         self._depth = 0  # nested `with tracker:` blocks; the outermost one detaches
         self._handles: list[RemovableHandle] = []
