@@ -535,6 +535,11 @@ def recording_size(steps: int) -> None:
         start = time.perf_counter()
         frame = loaded.to_frame()
         frame_s = time.perf_counter() - start
+        start = time.perf_counter()
+        page = tensor_tracker.report(loaded, Path(folder, "report.html"))
+        report_s = time.perf_counter() - start
+        page_size = page.stat().st_size
+        render_s = _render_time(page)
     full = steps >= 1000
     print(
         f"\n## Recording on disk: {steps} steps x 101 modules, stats=True (outputs and "
@@ -549,6 +554,44 @@ def recording_size(steps: int) -> None:
         + (f" (target < 2 s: {'met' if load_s < 2 else 'MISSED'})" if full else "")
         + f", then to_frame {frame_s:.2f} s"
     )
+    print(
+        f"- report: {page_size / 1e6:.2f} MB"
+        + (f" (target <= 10 MB: {'met' if page_size <= 10e6 else 'MISSED'})" if full else "")
+        + f", written in {report_s:.2f} s; "
+        + (
+            "not opened (no Chromium/selenium)"
+            if render_s is None
+            else f"ready in headless Chromium {render_s:.2f} s"
+            + (f" (target < 3 s: {'met' if render_s < 3 else 'MISSED'})" if full else "")
+        )
+    )
+
+
+def _render_time(page: Path) -> float | None:
+    """Seconds from opening `page` in headless Chromium to its script having drawn it, or
+    None without Chromium and selenium."""
+    import shutil
+
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+    except ImportError:
+        return None
+    if chromium is None or driver_path is None:
+        return None
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(driver_path), options=options)
+    try:
+        start = time.perf_counter()
+        driver.get(page.as_uri())
+        while driver.execute_script("return document.body.dataset.ready") != "true":
+            time.sleep(0.01)
+        return time.perf_counter() - start
+    finally:
+        driver.quit()
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """A training script that streams its recording to disk (`python -m examples.stream_run
 runs/copy-task` from the repository root), then reads it back as another process or a
 notebook would: statistics of every module every fifth step, the loss of every step, a note,
-and a diagnosis.
+a diagnosis, and the HTML report (`<path>/report.html`, one file that opens from disk;
+`python -m tensor_tracker view <path>` writes and opens it too).
 
 While it runs, `tensor_tracker.load("runs/copy-task")` in a notebook shows the steps written
 so far; memory stays flat however long the run is, and a killed run loses at most the step
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"loss {losses['value'].iloc[0]:.2f} -> {losses['value'].iloc[-1]:.2f}")
     print("notes:", logged["text"].dropna().tolist())
     print(tensor_tracker.diagnose(run, loss=losses.set_index("step")["value"].to_dict()))
+    page = tensor_tracker.report(run, args.path / "report.html")
+    print(f"report: {page} ({page.stat().st_size / 1e3:.0f} kB)")
 
 
 if __name__ == "__main__":

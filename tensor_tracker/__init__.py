@@ -34,6 +34,7 @@ from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
 from .data.summary import ModuleCall, Summary, summary
 from .errors import MemoryBudgetError
+from .export import report
 from .stats import Stats, formats
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "integrations",
     "load",
     "plot",
+    "report",
     "rmap_tensor",
     "stash",
     "stats",

@@ -20,3 +20,4 @@ def test_stream_run_trains_streams_and_reads_back(
     assert "notes: ['learning rate halved']" in out
     assert "No findings." in out
     assert (tmp_path / "run" / "records.arrows").exists()
+    assert "report: " in out and (tmp_path / "run" / "report.html").exists()

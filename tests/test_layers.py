@@ -35,7 +35,7 @@ SIBLINGS = {
 def layer_of(module: str) -> str:
     """The layer of a dotted module name inside the package ("tensor_tracker.x.y")."""
     parts = module.split(".")[1:]
-    if not parts or parts[0] in {"api", "__init__"}:
+    if not parts or parts[0] in {"api", "__init__", "__main__"}:
         return "top"
     if parts[0] in UTIL:
         return "util"

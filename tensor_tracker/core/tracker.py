@@ -291,7 +291,7 @@ class Recorder:
                 check_type(key, str, "every= keys", "step kinds (str)")
                 check_count(value, f"every[{key!r}]", "record every N-th step of that kind")
         else:
-            check_count(every, "every=", "record every N-th step (or {kind: N})")
+            check_count(every, "every=", "record every N-th step")
         check_bool(train_only, "train_only=")
         check_count(max_bytes, "max_bytes=", "bytes", optional=True)
         check_count(keep_steps, "keep_steps=", "steps to keep", optional=True)

@@ -1,0 +1,132 @@
+"""`report`: the self-contained HTML page, opened from disk in headless Chromium; assertions
+on what the page shows against what was recorded; no network request."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import tensor_tracker
+from tensor_tracker import track
+from tests.browser import browser  # noqa: F401  (the fixture)
+
+
+def _run() -> Any:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    spec = [*tensor_tracker.stats.DEFAULT, tensor_tracker.stats.histogram(bins=16)]
+    with track(model, stats=spec, capture=("outputs", "params")) as t:
+        for step in range(20):
+            loss = model(torch.randn(32, 8)).square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            t.log("loss", loss)
+            if step == 10:
+                t.note("half way")
+            t.step()
+    return t
+
+
+def _fmt(value: float) -> str:
+    """The page's number format: 4 significant digits, as JavaScript prints them."""
+    if math.isnan(value):
+        return "nan"
+    text = f"{float(f'{value:.4g}'):.15g}"
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}e{'+' if int(exponent) > 0 else '-'}{abs(int(exponent))}"
+    return text
+
+
+def _wait(browser: Any, script: str, timeout: float = 20.0) -> Any:  # noqa: F811
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = browser.execute_script(script)
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for: {script}")
+
+
+def test_the_report_shows_what_was_recorded(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    t = _run()
+    page = tensor_tracker.report(t, tmp_path / "run.html")
+    text = page.read_text()
+    assert "https://" not in text and "src=" not in text  # nothing to fetch
+    browser.get(page.as_uri())
+    _wait(browser, "return document.body.dataset.ready === 'true'")
+    frame = t.to_frame()
+    modules = list(dict.fromkeys(frame["name"]))
+    items = browser.find_elements(By.CSS_SELECTOR, "#modules li")
+    assert [i.get_attribute("data-name") for i in items] == modules
+
+    # Open the panel of one module: one chart per recorded series, 20 steps each.
+    browser.find_element(By.CSS_SELECTOR, '#modules li[data-name="2"]').click()
+    series = browser.find_elements(By.CSS_SELECTOR, "#panel .series")
+    keys = {s.get_attribute("data-series"): s.get_attribute("data-steps") for s in series}
+    assert keys == {
+        "output/value": "20",
+        "output/grad": "20",
+        "param.weight/value": "20",
+        "param.bias/value": "20",
+        "param.weight/grad": "20",
+        "param.bias/grad": "20",
+    }
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#panel svg.histogram")) == 6
+
+    # The slider picks the step; the table shows the recorded values of that step.
+    for step in (0, 13, 19):
+        browser.execute_script(
+            "const s = document.getElementById('step'); s.value = arguments[0];"
+            "s.dispatchEvent(new Event('input'));",
+            step,
+        )
+        assert browser.find_element(By.ID, "step-value").text == str(step)
+        for key, grad in (("output/value", False), ("output/grad", True)):
+            row = frame[(frame["name"] == "2") & (frame["kind"] == "output")]
+            want = row[(row["grad"] == grad) & (row["step"] == step)]["rms"].mean()
+            cell = browser.find_element(
+                By.CSS_SELECTOR, f'tr[data-series="{key}"] td[data-stat="rms"]'
+            )
+            assert cell.text == _fmt(float(torch.tensor(want, dtype=torch.float32))), key
+        points = browser.find_elements(By.CSS_SELECTOR, "#scale-svg .point")
+        assert len(points) == 2 * len(modules)  # every module's output and gradient
+
+    notes = [n.text for n in browser.find_elements(By.CSS_SELECTOR, "#notes li")]
+    assert notes == ["step 10: half way"]
+    kpi = browser.find_element(By.CSS_SELECTOR, 'svg.kpi[data-name="loss"] polyline')
+    assert len(kpi.get_attribute("points").split()) == 20
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], (
+        "errors in the page's console"
+    )
+    browser.save_screenshot(str(tmp_path / "report.png"))
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_view_command_writes_the_report_of_a_recording(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    from tensor_tracker.__main__ import main
+
+    t = _run()
+    t.save(tmp_path / "run")
+    assert main(["view", str(tmp_path / "run"), "--no-open"]) == 0
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert '"title":"run"' in page and "half way" in page
+
+
+def test_report_checks_its_recording(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="pass a Tracker"):
+        tensor_tracker.report([1], tmp_path / "x.html")
