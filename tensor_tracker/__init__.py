@@ -13,7 +13,8 @@ Where things live, in layers that import only downwards:
 - `core`: recording (hooks, `Stash`, `Event`); torch only.
 - `stats`: statistics computed on the device (`track(model, stats=True)`).
 - `data`: tables and selections of what was recorded (`to_frame`); no plotting library.
-- `plot`: matplotlib figures; `widgets`: notebook viewers; `integrations`: training loops.
+- `plot`: matplotlib figures; `widgets`: notebook viewers; `export`: the HTML report,
+  TensorBoard and wandb; `integrations`: training loops.
 """
 
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;

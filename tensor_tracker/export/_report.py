@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .._optional import require
-from ..errors import ArgumentTypeError
-from ..stats import Stats
 from ..stats.formats import FORMATS
+from ._columns import columns_of
 
 __all__ = ["report"]
 
@@ -34,10 +33,9 @@ def _floats(values: Any) -> str:
 
 def _payload(recording: Any, title: str) -> dict[str, Any]:
     np = require("numpy", "pandas")
-    frame = recording.to_frame()
-    first = next((s.first_value for s in recording if isinstance(s.first_value, Stats)), None)
-    histograms = {} if first is None else dict(first.layout.histograms)
-    if first is None:  # full copies: compute the statistics the report shows
+    columns = columns_of(recording, "report(recording, path)")
+    frame, histograms = columns.frame, columns.histograms
+    if columns.copies:  # compute the statistics the report shows
         for stat in ("rms", "abs_max", "mean", "min", "max"):
             frame[stat] = recording.to_frame(stat=stat, stat_name=stat)[stat]
     stats = [s for s in _STATS if s in frame.columns]
@@ -146,10 +144,6 @@ def report(recording: Any, path: str | os.PathLike[str], title: str | None = Non
     Example:
         >>> tensor_tracker.report(t, "run.html")  # doctest: +SKIP
     """
-    if not callable(getattr(recording, "to_frame", None)):
-        raise ArgumentTypeError(
-            f"report(recording, path): pass a Tracker, got {type(recording).__name__}"
-        )
     path = Path(path)
     title = title or path.stem
     data = json.dumps(_payload(recording, title), separators=(",", ":"), allow_nan=False)

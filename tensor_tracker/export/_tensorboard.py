@@ -9,13 +9,9 @@ from typing import Any
 import torch
 
 from .._optional import require
-from ..errors import ArgumentTypeError
-from ..stats import Stats
+from ._columns import columns_of
 
 __all__ = ["tensorboard_tag", "to_tensorboard"]
-
-# Columns of `to_frame()` that say what a row is, not a statistic of it.
-_KEYS = ("name", "type", "grad", "call", "step", "kind", "attr", "training")
 
 
 def tensorboard_tag(name: str, kind: str, attr: str, grad: bool, stat: str, call: int = 0) -> str:
@@ -53,24 +49,11 @@ def to_tensorboard(recording: Any, logdir: str | os.PathLike[str]) -> None:
     Example:
         >>> tensor_tracker.export.to_tensorboard(t, "runs/tb")  # doctest: +SKIP
     """
-    to_frame = getattr(recording, "to_frame", None)
-    if not callable(to_frame):
-        raise ArgumentTypeError(
-            f"to_tensorboard(recording, logdir): pass a Tracker, got {type(recording).__name__}"
-        )
+    columns = columns_of(recording, "to_tensorboard(recording, logdir)")
     require("tensorboard", "tensorboard")
     from torch.utils.tensorboard import SummaryWriter
 
-    frame = to_frame()
-    first = next((s.first_value for s in recording if isinstance(s.first_value, Stats)), None)
-    histograms = {} if first is None else dict(first.layout.histograms)
-    hist_columns = {c for h in histograms.values() for c in h.names}
-    scalars = [
-        c
-        for c in frame.columns
-        if c not in _KEYS and c not in hist_columns and frame[c].dtype.kind in "fiub"
-    ]
-    copies = first is None  # full copies: histograms of their values
+    frame, scalars, histograms = columns.frame, columns.scalars, columns.histograms
     with SummaryWriter(log_dir=os.fspath(logdir)) as writer:
         keys = zip(
             frame["name"], frame["kind"], frame["attr"], frame["grad"], frame["call"], strict=True
@@ -96,7 +79,7 @@ def to_tensorboard(recording: Any, logdir: str | os.PathLike[str]) -> None:
                         bucket_counts=counts.tolist(),
                         global_step=step,
                     )
-            if copies:
+            if columns.copies:  # histograms of the copies' values
                 value = recording[row].first_value
                 if isinstance(value, torch.Tensor) and value.numel() and value.is_floating_point():
                     finite = value.detach().float().flatten()

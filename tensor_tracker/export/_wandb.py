@@ -7,8 +7,7 @@ import weakref
 from typing import Any
 
 from .._optional import require
-from ..errors import ArgumentTypeError
-from ..stats import Stats
+from ._columns import columns_of
 from ._tensorboard import tensorboard_tag
 
 __all__ = ["to_wandb"]
@@ -16,8 +15,6 @@ __all__ = ["to_wandb"]
 # The last step logged to each run, so that calling `to_wandb` again (e.g. at every step of
 # a training loop) logs only what is new.
 _LOGGED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-
-_KEYS = ("name", "type", "grad", "call", "step", "kind", "attr", "training")
 
 
 def to_wandb(recording: Any, run: Any) -> int:
@@ -44,21 +41,10 @@ def to_wandb(recording: Any, run: Any) -> int:
         >>> run = wandb.init(project="demo")          # doctest: +SKIP
         >>> tensor_tracker.export.to_wandb(t, run)    # doctest: +SKIP
     """
-    if not callable(getattr(recording, "to_frame", None)):
-        raise ArgumentTypeError(
-            f"to_wandb(recording, run): pass a Tracker, got {type(recording).__name__}"
-        )
+    columns = columns_of(recording, "to_wandb(recording, run)")
     wandb = require("wandb", "wandb")
     last = _LOGGED.get(run, -1)
-    frame = recording.to_frame()
-    first = next((s.first_value for s in recording if isinstance(s.first_value, Stats)), None)
-    histograms = {} if first is None else dict(first.layout.histograms)
-    hist_columns = {c for h in histograms.values() for c in h.names}
-    scalars = [
-        c
-        for c in frame.columns
-        if c not in _KEYS and c not in hist_columns and frame[c].dtype.kind in "fiub"
-    ]
+    frame, scalars, histograms = columns.frame, columns.scalars, columns.histograms
     rows: dict[int, dict[str, Any]] = {}
     new = frame[frame["step"] > last]
     for row in new.itertuples(index=False):
