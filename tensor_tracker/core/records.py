@@ -21,10 +21,11 @@ __all__ = [
     "first_value",
 ]
 
-Kind = Literal["output", "input", "param", "optimizer", "named"]
+Kind = Literal["output", "input", "param", "optimizer", "named", "target", "loss", "helper"]
 """What a stash holds: a module's output, one of its inputs, one of its own parameters, the
 optimizer's state for one of those parameters, or a tensor named with `tensor_tracker.stash`
-inside the module's forward (its `attr` is the name)."""
+(its `attr` is the name): `"named"`, or the role given there (`"input"`, `"target"`,
+`"loss"`, `"param"`, `"helper"`)."""
 
 
 @dataclasses.dataclass

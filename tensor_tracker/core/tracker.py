@@ -12,7 +12,7 @@ import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import torch
 from torch import Tensor, nn
@@ -115,12 +115,16 @@ _ACTIVE: list[Recorder] = []
 """Trackers with hooks attached now: those `stash` records into."""
 
 
-def stash(name: str, value: Any) -> Any:
+ROLES = ("input", "target", "loss", "param", "helper")
+"""The roles `stash(..., role=...)` accepts: they become the record's `kind`."""
+
+
+def stash(name: str, value: Any, role: str | None = None) -> Any:
     """Record `value` (a tensor, or a structure of tensors) under `name` with every tracker
     that is recording now, as a record of the innermost tracked module whose `forward` is
-    running (kind `"named"`, attr `name`), and its gradient too when it has one; return
-    `value` unchanged. Call it anywhere, e.g. inside `forward` for a tensor that is no
-    module's output; with no tracker recording it does nothing (one list check).
+    running (kind `"named"`, or `role`; attr `name`), and its gradient too when it has one;
+    return `value` unchanged. Call it anywhere, e.g. inside `forward` for a tensor that is
+    no module's output; with no tracker recording it does nothing (one list check).
 
     Outside any tracked module (e.g. the loss in the training loop) the record is the root
     module's (name `""`).
@@ -128,6 +132,13 @@ def stash(name: str, value: Any) -> Any:
     Args:
         name: the name to record it under.
         value: what to record.
+        role: what the tensor is, one of `ROLES` (`"input"`, `"target"`, `"loss"`,
+            `"param"`, `"helper"`): the record's `kind`, so plots and `to_frame()` can
+            select by it; `None` for `"named"`.
+
+    Raises:
+        TypeError, ValueError: `name` is not a str, or an unknown `role` (also with no
+            tracker recording).
 
     Returns:
         `value`, so it can wrap an expression: `scores = stash("scores", q @ k.T)`.
@@ -143,12 +154,15 @@ def stash(name: str, value: Any) -> Any:
         >>> [(s.name, s.kind, s.attr, s.grad) for s in t]
         [('', 'named', 'scores', False), ('', 'output', '', False), ('', 'output', '', True), ('', 'named', 'scores', True)]
     """
+    if role is not None and role not in ROLES:
+        raise ArgumentValueError(f"stash(role=...): one of {list(ROLES)} or None, got {role!r}")
     if not _ACTIVE:
         return value
     check_type(name, str, "stash(name, value): name", "a str")
     frame = sys._getframe(1)
+    kind = cast(Kind, role or "named")
     for tracker in list(_ACTIVE):
-        tracker._stash_named(name, value, frame)
+        tracker._stash_named(name, value, frame, kind)
     return value
 
 
@@ -619,7 +633,7 @@ class Recorder:
         self._recent_taps.clear()
         _ACTIVE[:] = [t for t in _ACTIVE if t is not self]
 
-    def _stash_named(self, name: str, value: Any, frame: Any) -> None:
+    def _stash_named(self, name: str, value: Any, frame: Any, kind: Kind) -> None:
         """Record `value` for `stash`, under the innermost registered module whose
         `forward` is on the call stack from `frame` up."""
         if graph_task_id() != -1:  # in backward(): a checkpoint's recomputation
@@ -643,7 +657,7 @@ class Recorder:
         # when there is no forward hook).
         call = reg.calls if self._outputs else max(reg.calls - 1, 0)
         flags = TRAINING if training else 0
-        site = self._site(reg, "named", name)
+        site = self._site(reg, kind, name)
         self._record(site, call, self._step, flags, value)
         if reg.grad:
             self._hook_grads(reg, site, call, self._step, flags, value)

@@ -4,6 +4,7 @@ tracker is recording."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import Tensor, nn
 
@@ -114,3 +115,15 @@ def test_stash_is_exported_and_named_in_the_frame() -> None:
     frame = t.to_frame()
     assert set(frame.loc[frame["kind"] == "named", "attr"]) == {"scores"}
     assert tensor_tracker.stash is tracker_module.stash
+
+
+def test_a_role_becomes_the_kind() -> None:
+    model = _model()
+    targets = torch.randn(2, 3, 1)
+    with track(model, grad=False) as t:
+        out = model(torch.randn(2, 3, 4))
+        stash("targets", targets, role="target")
+        stash("loss", (out - targets).square().mean(), role="loss")
+    assert [(s.kind, s.attr) for s in t][-2:] == [("target", "targets"), ("loss", "loss")]
+    with pytest.raises(ValueError, match="role"):
+        stash("x", targets, role="weights")
