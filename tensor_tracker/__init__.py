@@ -32,6 +32,7 @@ from .core.structure import rmap_tensor
 from .core.tracker import stash
 from .data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from .data.frame import to_frame
+from .data.graph import ModuleGraph, module_graph
 from .data.nonfinite import NonFinite, first_nonfinite
 from .data.summary import ModuleCall, Summary, summary
 from .errors import MemoryBudgetError
@@ -47,6 +48,7 @@ __all__ = [
     "LogEntry",
     "MemoryBudgetError",
     "ModuleCall",
+    "ModuleGraph",
     "NonFinite",
     "Stash",
     "StashFn",
@@ -66,6 +68,7 @@ __all__ = [
     "get_stash_fn",
     "integrations",
     "load",
+    "module_graph",
     "plot",
     "report",
     "rmap_tensor",

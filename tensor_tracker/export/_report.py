@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._optional import require
+from ..data.graph import ModuleGraph
 from ..stats.formats import FORMATS
 from ._columns import columns_of
 
@@ -31,6 +32,23 @@ def _floats(values: Any) -> str:
     return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
 
 
+def _tree_order(names: list[str]) -> list[str]:
+    """Module names depth first, parents before their children, siblings in the order
+    they first ran (that of `names`), the model itself first."""
+    earliest: dict[str, int] = {}  # per module path: the first position in its subtree
+    for i, name in enumerate(names):
+        parts = name.split(".") if name else []
+        for k in range(len(parts) + 1):
+            path = ".".join(parts[:k])
+            earliest[path] = min(earliest.get(path, i), i)
+
+    def key(name: str) -> list[int]:
+        parts = name.split(".") if name else []
+        return [earliest[".".join(parts[: k + 1])] for k in range(len(parts))]
+
+    return sorted(names, key=key)
+
+
 def _payload(recording: Any, title: str) -> dict[str, Any]:
     np = require("numpy", "pandas")
     columns = columns_of(recording, "report(recording, path)")
@@ -41,7 +59,7 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
     stats = [s for s in _STATS if s in frame.columns]
     steps = sorted(int(s) for s in frame["step"].unique())
     step_index = {s: i for i, s in enumerate(steps)}
-    modules: list[str] = list(dict.fromkeys(frame["name"]))
+    modules = _tree_order(list(dict.fromkeys(frame["name"])))
     types = dict(zip(frame["name"], frame["type"], strict=False))
     hist_name, hist = next(iter(histograms.items()), (None, None))
     hist_steps = (
@@ -117,7 +135,12 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
     }
 
 
-def report(recording: Any, path: str | os.PathLike[str], title: str | None = None) -> Path:
+def report(
+    recording: Any,
+    path: str | os.PathLike[str],
+    title: str | None = None,
+    graph: ModuleGraph | None = None,
+) -> Path:
     """Write a recording as one self-contained HTML page: it opens from disk with no server
     and loads nothing from the network (every script and style is inside; a Content
     Security Policy forbids any request).
@@ -134,6 +157,10 @@ def report(recording: Any, path: str | os.PathLike[str], title: str | None = Non
         recording: a `Tracker`, live or `load`ed.
         path: the HTML file to write.
         title: the page title (default: the file name).
+        graph: a `module_graph` of the model, drawn at the top of the page: click a node to
+            pick its module (and highlight what it depends on and what depends on it),
+            "+" to open a module's level, the breadcrumb to go back up; hover for shapes,
+            parameters and `extra_repr` fields.
 
     Returns:
         The path written.
@@ -146,7 +173,9 @@ def report(recording: Any, path: str | os.PathLike[str], title: str | None = Non
     """
     path = Path(path)
     title = title or path.stem
-    data = json.dumps(_payload(recording, title), separators=(",", ":"), allow_nan=False)
+    payload = _payload(recording, title)
+    payload["graph"] = None if graph is None else graph.to_dict()
+    data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
     page = resources.files(__package__).joinpath("report.html").read_text()
     page = page.replace("__TITLE__", html.escape(title)).replace(
         "__DATA__", data.replace("</", "<\\/")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import track
@@ -70,7 +70,8 @@ def test_the_report_shows_what_was_recorded(tmp_path: Path, browser: Any) -> Non
     frame = t.to_frame()
     modules = list(dict.fromkeys(frame["name"]))
     items = browser.find_elements(By.CSS_SELECTOR, "#modules li")
-    assert [i.get_attribute("data-name") for i in items] == modules
+    assert [i.get_attribute("data-name") for i in items] == ["", "0", "1", "2", "3", "4"]
+    assert set(modules) == {"", "0", "1", "2", "3", "4"}  # the model first, then in order
 
     # Open the panel of one module: one chart per recorded series, 20 steps each.
     browser.find_element(By.CSS_SELECTOR, '#modules li[data-name="2"]').click()
@@ -130,3 +131,61 @@ def test_view_command_writes_the_report_of_a_recording(tmp_path: Path) -> None:
 def test_report_checks_its_recording(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="pass a Tracker"):
         tensor_tracker.report([1], tmp_path / "x.html")
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+        self.act = nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.act(self.linear(x))
+
+
+def test_the_module_graph_expands_and_highlights(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), _Block(), _Block(), nn.Linear(16, 1))
+    x = torch.randn(4, 8)
+    with track(model, stats=True) as t:
+        model(x).sum().backward()
+    graph = tensor_tracker.module_graph(model, x)
+    page = tensor_tracker.report(t, tmp_path / "graph.html", graph=graph)
+    browser.get(page.as_uri())
+    _wait(browser, "return document.body.dataset.ready === 'true'")
+
+    def nodes() -> list[str]:
+        found = browser.find_elements(By.CSS_SELECTOR, "#graph-svg g.node")
+        return [n.get_attribute("data-id") for n in found]
+
+    assert nodes() == ["<model>#0/input", "0#0", "1#0", "2#0", "3#0", "<model>#0/output"]
+    tooltip = browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="0#0"] title')
+    text = tooltip.get_attribute("textContent")
+    assert "out: [4, 16] float32" in text and "in_features=8" in text
+
+    # Selecting a node highlights exactly what it depends on and what depends on it.
+    browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="1#0"]').click()
+
+    def marked(kind: str) -> set[str]:
+        found = browser.find_elements(By.CSS_SELECTOR, f"#graph-svg g.node.{kind}")
+        return {n.get_attribute("data-id") for n in found}
+
+    assert marked("selected") == {"1#0"}
+    assert marked("ancestor") == {"<model>#0/input", "0#0"}
+    assert marked("descendant") == {"2#0", "3#0", "<model>#0/output"}
+    assert browser.find_element(By.ID, "panel-title").text.startswith("1 (_Block)")
+
+    # "+" opens the block: its children between its own input and output; the breadcrumb
+    # goes back up.
+    browser.find_element(By.CSS_SELECTOR, '#graph-svg text[data-expand="2#0"]').click()
+    assert nodes() == ["2#0/input", "2.linear#0", "2.act#0", "2#0/output"]
+    edges = browser.find_elements(By.CSS_SELECTOR, "#graph-svg .edge")
+    pairs = {(e.get_attribute("data-source"), e.get_attribute("data-target")) for e in edges}
+    assert ("2#0/input", "2#0/output") in pairs  # the skip connection
+    crumbs = browser.find_elements(By.CSS_SELECTOR, "#graph-crumbs a")
+    assert [c.text for c in crumbs] == ["<model>", "2"]
+    crumbs[0].click()
+    assert len(nodes()) == 6
+    browser.save_screenshot(str(tmp_path / "graph.png"))

@@ -1,0 +1,457 @@
+"""`module_graph`: which module call feeds which, found through autograd, level by level.
+
+One forward pass of the model with temporary hooks records every module call (the tensors
+going in and coming out, and their autograd nodes at that moment). For each call `P` with
+submodule calls, the graph of `P`'s level has a node per child call plus `P`'s input and
+output placeholders, and an edge `A -> B` when an input of `B` is an output of `A`, or is
+computed from one by functional code in `P` (additions, in-place ops, reshapes): found by
+walking the autograd graph back from `B`'s input until the first output of a sibling call
+(or an input of `P`). Inputs that no such walk reaches (made under `torch.no_grad()`,
+detached, or computed from integers) are reported as disconnected.
+
+A pure-Python layered layout (longest-path layers, barycentre ordering) gives each node of
+each level a position, so the graph draws without Graphviz or a browser library: as SVG
+(`to_svg`), DOT text (`to_dot`), or in `tensor_tracker.report(..., graph=...)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .._torch_compat import gradient_node
+from .._validate import check_type
+from ..core.structure import iter_tensors, rmap_tensor
+from ..errors import ArgumentValueError
+
+__all__ = ["GraphEdge", "GraphNode", "ModuleGraph", "module_graph", "parse_extra_repr"]
+
+
+@dataclasses.dataclass
+class GraphNode:
+    """A module call, or an input/output placeholder of the call whose level is drawn.
+
+    Attributes:
+        id: unique: `"<name>#<call>"`, `"<parent id>/input"`, `"<parent id>/output"`.
+        name: the module's name (`""` for the model); `call`: which call of it.
+        type: the class name; `kind`: `"module"`, `"input"` or `"output"`.
+        parent: the id of the enclosing call (`None` for the model's).
+        inputs, outputs: shape and dtype strings of each tensor going in and out.
+        params: parameters of the module and its submodules (each once).
+        extra: the module's `extra_repr()` as fields, e.g. `{"in_features": "3"}`.
+        children: whether the call has submodule calls (it can be expanded).
+    """
+
+    id: str
+    name: str
+    call: int
+    type: str
+    kind: str = "module"
+    parent: str | None = None
+    inputs: list[str] = dataclasses.field(default_factory=list)
+    outputs: list[str] = dataclasses.field(default_factory=list)
+    params: int = 0
+    extra: dict[str, str] = dataclasses.field(default_factory=dict)
+    children: bool = False
+
+
+@dataclasses.dataclass
+class GraphEdge:
+    """Data flowing from `source` to `target` (node ids) at one level; `shape` of the tensor
+    (of the first one when several flow)."""
+
+    source: str
+    target: str
+    shape: str = ""
+
+
+def parse_extra_repr(text: str) -> dict[str, str]:
+    """`extra_repr()` text as fields, splitting at top-level commas; a part without `=`
+    becomes `arg<i>`.
+
+    Example:
+        >>> parse_extra_repr("3, 8, kernel_size=(7, 7), stride=(2, 2), bias=False")
+        {'arg0': '3', 'arg1': '8', 'kernel_size': '(7, 7)', 'stride': '(2, 2)', 'bias': 'False'}
+    """
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    if current.strip():
+        parts.append(current.strip())
+    fields: dict[str, str] = {}
+    for i, part in enumerate(parts):
+        key, sep, value = part.partition("=")
+        if sep and key.strip().isidentifier():
+            fields[key.strip()] = value.strip()
+        else:
+            fields[f"arg{i}"] = part
+    return fields
+
+
+def _describe(tensors: list[Tensor]) -> list[str]:
+    return [f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in tensors]
+
+
+@dataclasses.dataclass
+class _Call:
+    node: GraphNode
+    start: int
+    end: int = -1
+    inputs: list[tuple[Tensor, Any]] = dataclasses.field(default_factory=list)
+    outputs: list[tuple[Tensor, Any]] = dataclasses.field(default_factory=list)
+    # Per output that is a view, its base's autograd node (see `_connect`).
+    bases: list[Any] = dataclasses.field(default_factory=list)
+    children: list[_Call] = dataclasses.field(default_factory=list)
+
+
+class ModuleGraph:
+    """The module graph of one forward pass, at every level (see the module docstring).
+
+    Attributes:
+        nodes: every node by id (calls of every depth and the placeholders).
+        root: the id of the model's call.
+        disconnected: `(node id, input index)` of inputs no walk reached.
+
+    Use `level(id)` for one level's nodes, edges and layout, `to_svg`, `to_dot`, `to_dict`.
+    """
+
+    def __init__(self, nodes: dict[str, GraphNode], root: str) -> None:
+        self.nodes = nodes
+        self.root = root
+        self.edges: dict[str, list[GraphEdge]] = {}
+        self.disconnected: list[tuple[str, int]] = []
+
+    def children(self, parent: str) -> list[GraphNode]:
+        """The nodes of `parent`'s level: its input placeholder, its child calls in the
+        order they ran, its output placeholder."""
+        return [n for n in self.nodes.values() if n.parent == parent]
+
+    def level(self, parent: str | None = None) -> dict[str, Any]:
+        """`{"nodes": [...], "edges": [...], "positions": {id: (x, y)}}` for the level of
+        `parent` (default: the model's), with a layered layout (inputs on top)."""
+        parent = self.root if parent is None else parent
+        if parent not in self.nodes:
+            raise ArgumentValueError(
+                f"module_graph: no call {parent!r}; calls: {list(self.nodes)[:8]}"
+            )
+        nodes = self.children(parent)
+        edges = self.edges.get(parent, [])
+        return {"nodes": nodes, "edges": edges, "positions": _layout(nodes, edges)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every node and every level's edges and layout, as plain data (what the report
+        embeds)."""
+        levels = {}
+        for parent in [self.root, *(n.id for n in self.nodes.values() if n.children)]:
+            level = self.level(parent)
+            levels[parent] = {
+                "nodes": [n.id for n in level["nodes"]],
+                "edges": [dataclasses.asdict(e) for e in level["edges"]],
+                "positions": level["positions"],
+            }
+        return {
+            "root": self.root,
+            "nodes": {k: dataclasses.asdict(v) for k, v in self.nodes.items()},
+            "levels": levels,
+            "disconnected": self.disconnected,
+        }
+
+    def to_json(self) -> str:
+        """`to_dict()` as JSON."""
+        return json.dumps(self.to_dict())
+
+    def to_dot(self, parent: str | None = None) -> str:
+        """The level of `parent` as Graphviz DOT text."""
+        level = self.level(parent)
+        lines = ["digraph modules {", "  rankdir=TB; node [shape=box, fontsize=10];"]
+        for n in level["nodes"]:
+            label = _label(n).replace('"', '\\"')
+            shape = "ellipse" if n.kind != "module" else "box"
+            lines.append(f'  "{n.id}" [label="{label}", shape={shape}];')
+        for e in level["edges"]:
+            lines.append(f'  "{e.source}" -> "{e.target}" [label="{e.shape}", fontsize=8];')
+        lines.append("}")
+        return "\n".join(lines)
+
+    def _repr_svg_(self) -> str:
+        # Notebooks show the top level as an image, also when rendered without a kernel.
+        return self.to_svg()
+
+    def to_svg(self, parent: str | None = None) -> str:
+        """The level of `parent` as a standalone SVG image (hover a box for its shapes,
+        parameters and `extra_repr` fields)."""
+        level = self.level(parent)
+        positions = level["positions"]
+        width = max((x for x, _ in positions.values()), default=0) + _W
+        height = max((y for _, y in positions.values()), default=0) + _H
+        out = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 20}" height="{height + 20}" '
+            'font-family="sans-serif" font-size="11">',
+            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
+            'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>',
+        ]
+        for e in level["edges"]:
+            (x1, y1), (x2, y2) = positions[e.source], positions[e.target]
+            out.append(
+                f'<line x1="{x1 + _W / 2 + 10}" y1="{y1 + _H + 10}" x2="{x2 + _W / 2 + 10}" '
+                f'y2="{y2 + 10}" stroke="#888" marker-end="url(#arrow)"/>'
+            )
+        for n in level["nodes"]:
+            x, y = positions[n.id]
+            fill = "#eef3ff" if n.kind == "module" else "#f3f3f3"
+            out.append(
+                f'<g><title>{html.escape(_tooltip(n))}</title><rect x="{x + 10}" y="{y + 10}" '
+                f'width="{_W}" height="{_H}" rx="6" fill="{fill}" stroke="#557"/>'
+                f'<text x="{x + 10 + _W / 2}" y="{y + 10 + _H / 2 + 4}" text-anchor="middle">'
+                f"{html.escape(_label(n))}</text></g>"
+            )
+        out.append("</svg>")
+        return "\n".join(out)
+
+
+_W, _H, _GAP_X, _GAP_Y = 150, 34, 30, 40
+
+
+def _label(node: GraphNode) -> str:
+    if node.kind != "module":
+        return node.kind
+    short = node.name.rsplit(".", 1)[-1] or "<model>"
+    return f"{short}{'' if not node.call else f' #{node.call}'} ({node.type})"
+
+
+def _tooltip(node: GraphNode) -> str:
+    lines = [node.name or "<model>", node.type]
+    lines += [f"in: {s}" for s in node.inputs] + [f"out: {s}" for s in node.outputs]
+    if node.params:
+        lines.append(f"params: {node.params:,}")
+    lines += [f"{k}={v}" for k, v in node.extra.items()]
+    return "\n".join(lines)
+
+
+def _layout(nodes: list[GraphNode], edges: list[GraphEdge]) -> dict[str, tuple[float, float]]:
+    """Layered layout: each node on the layer after its deepest predecessor (the input
+    placeholder on top, the output at the bottom), then the nodes of each layer ordered by
+    the mean position of their predecessors."""
+    ids = [n.id for n in nodes]
+    preds: dict[str, list[str]] = {i: [] for i in ids}
+    for e in edges:
+        if e.source in preds and e.target in preds and e.source != e.target:
+            preds[e.target].append(e.source)
+    layer: dict[str, int] = {}
+    for i in ids:  # nodes are in execution order, so predecessors come first
+        layer[i] = 1 + max((layer.get(p, 0) for p in preds[i]), default=-1)
+    for n in nodes:  # the output placeholder at the bottom
+        if n.kind == "output":
+            layer[n.id] = 1 + max((v for k, v in layer.items() if k != n.id), default=-1)
+    rows: dict[int, list[str]] = {}
+    for i in ids:
+        rows.setdefault(layer[i], []).append(i)
+    order: dict[str, float] = {}
+    for depth in sorted(rows):
+        row = rows[depth]
+        row.sort(key=lambda i: sum(order[p] for p in preds[i]) / len(preds[i]) if preds[i] else 0.0)
+        for k, i in enumerate(row):
+            order[i] = k
+    widest = max((len(r) for r in rows.values()), default=1)
+    positions: dict[str, tuple[float, float]] = {}
+    for depth, row in rows.items():
+        offset = (widest - len(row)) * (_W + _GAP_X) / 2
+        for k, i in enumerate(row):
+            positions[i] = (offset + k * (_W + _GAP_X), float(depth * (_H + _GAP_Y)))
+    return positions
+
+
+def _node(tensor: Tensor) -> Any:
+    """The autograd node a use of `tensor` points back to: its `grad_fn`, or for a leaf
+    that requires grad its gradient-accumulating node; None without autograd."""
+    if tensor.grad_fn is not None or not tensor.requires_grad:
+        return tensor.grad_fn
+    return gradient_node(tensor)
+
+
+def _keys(tensors: list[tuple[Tensor, Any]]) -> Iterator[tuple[str, int]]:
+    for tensor, grad_fn in tensors:
+        yield ("node", id(grad_fn)) if grad_fn is not None else ("tensor", id(tensor))
+
+
+def module_graph(model: nn.Module, *inputs: Any, **kwargs: Any) -> ModuleGraph:
+    """Run `model(*inputs, **kwargs)` once (with autograd recording) and return its module
+    graph at every level (see the module docstring). The hooks are removed afterwards.
+
+    Args:
+        model: the model.
+        *inputs, **kwargs: what to call it with.
+
+    Returns:
+        A `ModuleGraph`: `graph.level()` for the top level, `graph.level("encoder#0")` one
+        level down, `to_svg()`, `to_dot()`, or `tensor_tracker.report(t, path, graph=graph)`.
+
+    Raises:
+        TypeError: `model` is not an `nn.Module`.
+        Exception: what the model raised (the hooks are removed).
+
+    Example:
+        >>> graph = tensor_tracker.module_graph(model, x)
+        >>> [n.id for n in graph.level()["nodes"]]
+        ['<model>#0/input', '0#0', '1#0', '2#0', '<model>#0/output']
+        >>> [(e.source, e.target) for e in graph.level()["edges"]][:2]
+        [('<model>#0/input', '0#0'), ('0#0', '1#0')]
+    """
+    check_type(model, nn.Module, "model", "a torch.nn.Module")
+    # A module registered under several names (used twice) goes by its first one.
+    names = {m: n for n, m in reversed(list(model.named_modules(remove_duplicate=False)))}
+    counts: dict[str, int] = {}
+    stack: list[_Call] = []
+    calls: list[_Call] = []
+    clock = [0]
+    handles = []
+
+    def tensors_of(value: Any) -> list[tuple[Tensor, Any]]:
+        return [(t, _node(t)) for t in iter_tensors(value)]
+
+    def pre(module: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        name = names[module]
+        call = counts.get(name, 0)
+        counts[name] = call + 1
+        node = GraphNode(f"{name or '<model>'}#{call}", name, call, type(module).__name__)
+        node.parent = stack[-1].node.id if stack else None
+        record = _Call(node, clock[0], inputs=tensors_of((args, kw)))
+        clock[0] += 1
+        node.inputs = _describe([t for t, _ in record.inputs])
+        node.params = sum(p.numel() for p in dict.fromkeys(module.parameters()))
+        node.extra = parse_extra_repr(module.extra_repr())
+        if stack:
+            stack[-1].children.append(record)
+            stack[-1].node.children = True
+        stack.append(record)
+        calls.append(record)
+
+    def post(module: nn.Module, args: tuple[Any, ...], kw: dict[str, Any], output: Any) -> None:
+        record = stack.pop()
+        record.end = clock[0]
+        clock[0] += 1
+        record.outputs = tensors_of(output)
+        record.bases = [
+            t._base.grad_fn if t._is_view() and t._base is not None else None
+            for t, _ in record.outputs
+        ]
+        record.node.outputs = _describe([t for t, _ in record.outputs])
+
+    for module in dict.fromkeys(names):
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post, with_kwargs=True))
+
+    # Inputs that need no gradient are invisible to autograd: give the floating-point ones
+    # a leaf (same values) so that every use of them can be traced.
+    def traced(value: Tensor) -> Tensor:
+        if value.is_floating_point() and not value.requires_grad:
+            return value.detach().requires_grad_(True)
+        return value
+
+    inputs = rmap_tensor(inputs, traced)
+    kwargs = rmap_tensor(kwargs, traced)
+    try:
+        with torch.enable_grad():
+            model(*inputs, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    nodes = {c.node.id: c.node for c in calls}
+    root = calls[0].node.id
+    graph = ModuleGraph(nodes, root)
+    for call in calls:
+        if call.children:
+            _connect(graph, call)
+    return graph
+
+
+def _connect(graph: ModuleGraph, parent: _Call) -> None:
+    """The placeholders and edges of `parent`'s level."""
+    pid = parent.node.id
+    source = GraphNode(f"{pid}/input", parent.node.name, parent.node.call, "", "input", pid)
+    source.outputs = parent.node.inputs
+    sink = GraphNode(f"{pid}/output", parent.node.name, parent.node.call, "", "output", pid)
+    sink.inputs = parent.node.outputs
+    # Keep the input placeholder first and the output last among the level's nodes.
+    items = list(graph.nodes.items())
+    at = next(i for i, (k, _) in enumerate(items) if k == pid) + 1
+    items[at:at] = [(source.id, source)]
+    items.append((sink.id, sink))
+    graph.nodes.clear()
+    graph.nodes.update(items)
+    # Producers: who made each tensor / autograd node, and when it was done.
+    producers: dict[tuple[str, int], list[tuple[int, str, str]]] = {}
+    for key, (tensor, _) in zip(_keys(parent.inputs), parent.inputs, strict=True):
+        producers.setdefault(key, []).append((parent.start, source.id, _shape(tensor)))
+    for child in parent.children:
+        for key, (tensor, _), base in zip(
+            _keys(child.outputs), child.outputs, child.bases, strict=True
+        ):
+            producers.setdefault(key, []).append((child.end, child.node.id, _shape(tensor)))
+            alias = ("node", id(base))
+            if base is not None and alias not in producers:
+                # An in-place op on a view (`h += x` on a Linear's 3-D output) rewires
+                # autograd through the view's base: its node stands for this output too,
+                # unless it is a tensor made outside this call (a view of an input).
+                producers[alias] = [(child.end, child.node.id, _shape(tensor))]
+    edges: dict[tuple[str, str], GraphEdge] = {}
+    consumers = [(c.node.id, c.start, c.inputs) for c in parent.children]
+    consumers.append((sink.id, parent.end, parent.outputs))
+    for target, start, tensors in consumers:
+        for index, (key, (tensor, grad_fn)) in enumerate(zip(_keys(tensors), tensors, strict=True)):
+            found = _sources(key, grad_fn, start, producers)
+            for src, shape in found:
+                edges.setdefault((src, target), GraphEdge(src, target, shape))
+            if not found and (tensor.is_floating_point() or tensor.is_complex()):
+                graph.disconnected.append((target, index))
+    graph.edges[pid] = list(edges.values())
+
+
+def _shape(tensor: Tensor) -> str:
+    return "x".join(str(s) for s in tensor.shape) or "scalar"
+
+
+def _sources(
+    key: tuple[str, int],
+    grad_fn: Any,
+    before: int,
+    producers: dict[tuple[str, int], list[tuple[int, str, str]]],
+) -> list[tuple[str, str]]:
+    """The producers an input reaches: itself, or walking autograd back from its node."""
+
+    def latest(k: tuple[str, int]) -> tuple[str, str] | None:
+        done = [p for p in producers.get(k, ()) if p[0] <= before]
+        return max(done)[1:] if done else None
+
+    direct = latest(key)
+    if direct is not None or grad_fn is None:
+        return [] if direct is None else [direct]
+    found: dict[str, str] = {}
+    seen = {id(grad_fn)}
+    frontier = [grad_fn]
+    while frontier:
+        node = frontier.pop()
+        for nxt, _ in getattr(node, "next_functions", ()):
+            if nxt is None or id(nxt) in seen:
+                continue
+            seen.add(id(nxt))
+            hit = latest(("node", id(nxt)))
+            if hit is not None:
+                found.setdefault(hit[0], hit[1])
+            else:
+                frontier.append(nxt)
+    return list(found.items())
