@@ -4,6 +4,8 @@ detached values, an LSTM and a transformer encoder; DOT and SVG."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from torch import Tensor, nn
@@ -200,3 +202,45 @@ def test_in_place_on_a_view_output_and_a_view_of_an_earlier_output() -> None:
         ("1.b#0", "1#0/output"),
         ("1.flat#0", "1#0/output"),
     }
+
+
+def test_a_resnet_style_cnn() -> None:
+    class BasicBlock(nn.Module):
+        def __init__(self, channels: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(channels)
+            self.relu = nn.ReLU(inplace=True)
+            self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(channels)
+
+        def forward(self, x: Tensor) -> Tensor:
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            out += x
+            return self.relu(out)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 7, stride=2, padding=3),
+        BasicBlock(8),
+        BasicBlock(8),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 10),
+    )
+    graph = module_graph(model, torch.randn(2, 3, 32, 32))
+    chain = ["<model>#0/input", "0#0", "1#0", "2#0", "3#0", "4#0", "5#0", "<model>#0/output"]
+    assert _edges(graph) == set(itertools.pairwise(chain))
+    # Inside a block: the skip connection, and the ReLU module called twice.
+    assert _edges(graph, "1#0") == {
+        ("1#0/input", "1.conv1#0"),
+        ("1.conv1#0", "1.bn1#0"),
+        ("1.bn1#0", "1.relu#0"),
+        ("1.relu#0", "1.conv2#0"),
+        ("1.conv2#0", "1.bn2#0"),
+        ("1.bn2#0", "1.relu#1"),
+        ("1#0/input", "1.relu#1"),
+        ("1.relu#1", "1#0/output"),
+    }
+    assert graph.nodes["0#0"].extra["kernel_size"] == "(7, 7)"
