@@ -30,6 +30,7 @@ from .core.stash_fns import (
 )
 from .core.structure import rmap_tensor
 from .core.tracker import stash
+from .data.autograd_graph import AutogradGraph, autograd_graph
 from .data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from .data.frame import to_frame
 from .data.graph import ModuleGraph, module_graph
@@ -40,6 +41,7 @@ from .export import report
 from .stats import Stats, formats
 
 __all__ = [
+    "AutogradGraph",
     "CopyValue",
     "Diagnosis",
     "Event",
@@ -57,6 +59,7 @@ __all__ = [
     "Summary",
     "Tracker",
     "Unrecorded",
+    "autograd_graph",
     "default_stash",
     "default_stash_value",
     "diagnose",

@@ -30,7 +30,15 @@ from .._validate import check_type
 from ..core.structure import iter_tensors, rmap_tensor
 from ..errors import ArgumentValueError
 
-__all__ = ["GraphEdge", "GraphNode", "ModuleGraph", "module_graph", "parse_extra_repr"]
+__all__ = [
+    "GraphEdge",
+    "GraphNode",
+    "ModuleGraph",
+    "edge_svg",
+    "module_graph",
+    "parse_extra_repr",
+    "record_calls",
+]
 
 
 @dataclasses.dataclass
@@ -196,7 +204,7 @@ class ModuleGraph:
         parameters and `extra_repr` fields)."""
         level = self.level(parent)
         positions = level["positions"]
-        width = max((x for x, _ in positions.values()), default=0) + _W
+        width = max((x for x, _ in positions.values()), default=0) + _W + 130  # for bends
         height = max((y for _, y in positions.values()), default=0) + _H
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 20}" height="{height + 20}" '
@@ -206,10 +214,7 @@ class ModuleGraph:
         ]
         for e in level["edges"]:
             (x1, y1), (x2, y2) = positions[e.source], positions[e.target]
-            out.append(
-                f'<line x1="{x1 + _W / 2 + 10}" y1="{y1 + _H + 10}" x2="{x2 + _W / 2 + 10}" '
-                f'y2="{y2 + 10}" stroke="#888" marker-end="url(#arrow)"/>'
-            )
+            out.append(edge_svg(x1 + _W / 2 + 10, y1 + _H + 10, x2 + _W / 2 + 10, y2 + 10, _H))
         for n in level["nodes"]:
             x, y = positions[n.id]
             fill = "#eef3ff" if n.kind == "module" else "#f3f3f3"
@@ -224,6 +229,17 @@ class ModuleGraph:
 
 
 _W, _H, _GAP_X, _GAP_Y = 150, 34, 30, 40
+
+
+def edge_svg(x1: float, y1: float, x2: float, y2: float, height: float) -> str:
+    """An SVG arrow from (x1, y1) down to (x2, y2); one that skips layers (a residual)
+    bends to the right so that it does not hide behind the boxes it passes."""
+    if y2 - y1 > height + 60:
+        bend = min(40 + (y2 - y1) / 8, 120)
+        path = f"M{x1},{y1} C{x1 + bend},{y1 + 30} {x2 + bend},{y2 - 30} {x2},{y2}"
+    else:
+        path = f"M{x1},{y1} L{x2},{y2}"
+    return f'<path d="{path}" fill="none" stroke="#888" marker-end="url(#arrow)"/>'
 
 
 def _label(node: GraphNode) -> str:
@@ -251,8 +267,25 @@ def _layout(nodes: list[GraphNode], edges: list[GraphEdge]) -> dict[str, tuple[f
     for e in edges:
         if e.source in preds and e.target in preds and e.source != e.target:
             preds[e.target].append(e.source)
+    # Longest path from the sources, in a topological order (Kahn's algorithm; nodes on a
+    # cycle, which autograd does not make, go last).
+    succs: dict[str, list[str]] = {i: [] for i in ids}
+    waiting = {i: len(preds[i]) for i in ids}
+    for i in ids:
+        for p in preds[i]:
+            succs[p].append(i)
+    ready = [i for i in ids if not waiting[i]]
+    order_topo: list[str] = []
+    while ready:
+        i = ready.pop()
+        order_topo.append(i)
+        for j in succs[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                ready.append(j)
+    order_topo += [i for i in ids if waiting[i]]
     layer: dict[str, int] = {}
-    for i in ids:  # nodes are in execution order, so predecessors come first
+    for i in order_topo:
         layer[i] = 1 + max((layer.get(p, 0) for p in preds[i]), default=-1)
     for n in nodes:  # the output placeholder at the bottom
         if n.kind == "output":
@@ -311,6 +344,25 @@ def module_graph(model: nn.Module, *inputs: Any, **kwargs: Any) -> ModuleGraph:
         >>> [(e.source, e.target) for e in graph.level()["edges"]][:2]
         [('<model>#0/input', '0#0'), ('0#0', '1#0')]
     """
+    calls, _ = record_calls(model, inputs, kwargs)
+    nodes = {c.node.id: c.node for c in calls}
+    root = calls[0].node.id
+    graph = ModuleGraph(nodes, root)
+    for call in calls:
+        if call.children:
+            _connect(graph, call)
+    return graph
+
+
+def record_calls(
+    model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[_Call], Any]:
+    """Run `model(*inputs, **kwargs)` once with temporary hooks; return every module call
+    (in the order they started, with their tensors and autograd nodes) and the output.
+
+    Raises:
+        TypeError: `model` is not an `nn.Module`.
+    """
     check_type(model, nn.Module, "model", "a torch.nn.Module")
     # A module registered under several names (used twice) goes by its first one.
     names = {m: n for n, m in reversed(list(model.named_modules(remove_duplicate=False)))}
@@ -366,17 +418,11 @@ def module_graph(model: nn.Module, *inputs: Any, **kwargs: Any) -> ModuleGraph:
     kwargs = rmap_tensor(kwargs, traced)
     try:
         with torch.enable_grad():
-            model(*inputs, **kwargs)
+            output = model(*inputs, **kwargs)
     finally:
         for handle in handles:
             handle.remove()
-    nodes = {c.node.id: c.node for c in calls}
-    root = calls[0].node.id
-    graph = ModuleGraph(nodes, root)
-    for call in calls:
-        if call.children:
-            _connect(graph, call)
-    return graph
+    return calls, output
 
 
 def _connect(graph: ModuleGraph, parent: _Call) -> None:
@@ -443,12 +489,14 @@ def _sources(
     found: dict[str, str] = {}
     seen = {id(grad_fn)}
     frontier = [grad_fn]
+    alive = [grad_fn]  # visited nodes stay alive, so that no other node reuses their id
     while frontier:
         node = frontier.pop()
         for nxt, _ in getattr(node, "next_functions", ()):
             if nxt is None or id(nxt) in seen:
                 continue
             seen.add(id(nxt))
+            alive.append(nxt)
             hit = latest(("node", id(nxt)))
             if hit is not None:
                 found.setdefault(hit[0], hit[1])

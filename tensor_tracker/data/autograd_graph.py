@@ -1,0 +1,252 @@
+"""`autograd_graph`: the operations autograd recorded in one forward pass, with parameters
+named, saved tensors' shapes, and the module call that made each operation."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..core.structure import iter_tensors
+from ..errors import ArgumentValueError
+from .graph import GraphEdge, _layout, edge_svg, record_calls
+
+__all__ = ["AutogradGraph", "OpNode", "autograd_graph"]
+
+
+@dataclasses.dataclass
+class OpNode:
+    """One node of the autograd graph.
+
+    Attributes:
+        id: unique (`"op<k>"`, `"output"`).
+        kind: `"op"` (an operation's backward node), `"param"` (a parameter's gradient
+            accumulator), `"input"` (a model input's), or `"output"`.
+        label: the operation (e.g. `"Addmm"`) or the parameter's qualified name.
+        op: the autograd node's class name (e.g. `"AddmmBackward0"`).
+        module: the innermost module call whose forward made it (`"<name>#<call>"`, as in
+            `module_graph`), `None` for code outside every module.
+        saved: shapes of the tensors the operation saved for backward (the activations
+            kept in memory until backward).
+        shape: the parameter's or input's shape.
+    """
+
+    id: str
+    kind: str
+    label: str
+    op: str = ""
+    module: str | None = None
+    saved: list[str] = dataclasses.field(default_factory=list)
+    shape: str = ""
+
+
+def _saved_shapes(node: Any) -> list[str]:
+    shapes = []
+    for attr in dir(node):
+        if attr.startswith("_saved_"):
+            try:
+                value = getattr(node, attr)
+            except RuntimeError:  # freed, or not a tensor accessor
+                continue
+            if isinstance(value, Tensor):
+                shapes.append(f"{attr[7:]}: {list(value.shape)}")
+    return shapes
+
+
+class AutogradGraph:
+    """The autograd graph of one forward pass (see `autograd_graph`).
+
+    Attributes:
+        nodes: `OpNode`s by id; `edges`: `GraphEdge`s in the direction data flows.
+    """
+
+    def __init__(self, nodes: dict[str, OpNode], edges: list[GraphEdge]) -> None:
+        self.nodes = nodes
+        self.edges = edges
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def _select(self, module: str | None) -> tuple[list[OpNode], list[GraphEdge]]:
+        if module is None:
+            return list(self.nodes.values()), self.edges
+        inside = [n for n in self.nodes.values() if (n.module or "").startswith(module)]
+        if not inside:
+            modules = sorted({n.module for n in self.nodes.values() if n.module})[:8]
+            raise ArgumentValueError(f"autograd_graph: no operation of {module!r}; e.g. {modules}")
+        ids = {n.id for n in inside}
+        return inside, [e for e in self.edges if e.source in ids and e.target in ids]
+
+    def to_dot(self, module: str | None = None, cluster: bool = True) -> str:
+        """Graphviz DOT text: operations as boxes, parameters as red ellipses, inputs blue;
+        with `cluster`, each module call's operations in a box of their own. `module`
+        keeps the operations of one call (and its submodules') only."""
+        nodes, edges = self._select(module)
+        lines = ["digraph autograd {", "  node [fontsize=10];"]
+        style = {
+            "op": "shape=box",
+            "param": "shape=ellipse, color=red",
+            "input": "shape=ellipse, color=blue",
+            "output": "shape=ellipse",
+        }
+        groups: dict[str | None, list[OpNode]] = {}
+        for n in nodes:
+            groups.setdefault(n.module if cluster else None, []).append(n)
+        for k, (owner, members) in enumerate(groups.items()):
+            indent = "  "
+            if owner is not None:
+                lines.append(f'  subgraph cluster_{k} {{ label="{owner}";')
+                indent = "    "
+            for n in members:
+                label = n.label + (f"\\n{n.shape}" if n.shape else "")
+                lines.append(f'{indent}"{n.id}" [label="{label}", {style[n.kind]}];')
+            if owner is not None:
+                lines.append("  }")
+        lines += [f'  "{e.source}" -> "{e.target}";' for e in edges]
+        lines.append("}")
+        return "\n".join(lines)
+
+    def to_svg(self, module: str | None = None, max_nodes: int = 600) -> str:
+        """A standalone SVG (layered, inputs and parameters on top; hover a box for its
+        module and saved tensors). `module` draws one call's operations only.
+
+        Raises:
+            ValueError: more than `max_nodes` to draw (pick a `module`).
+        """
+        nodes, edges = self._select(module)
+        if len(nodes) > max_nodes:
+            raise ArgumentValueError(
+                f"autograd_graph: {len(nodes)} operations are too many to draw usefully; "
+                f"draw one module's with to_svg(module=...) or raise max_nodes="
+            )
+        positions = _layout(nodes, edges)  # type: ignore[arg-type]
+        w, h = 150, 30
+        width = max((x for x, _ in positions.values()), default=0) + w + 150
+        height = max((y for _, y in positions.values()), default=0) + h + 20
+        colour = {"op": "#eef3ff", "param": "#fde2e2", "input": "#e2ecfd", "output": "#eee"}
+        out = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            'font-family="sans-serif" font-size="10">',
+            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
+            'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker>'
+            "</defs>",
+        ]
+        for e in edges:
+            (x1, y1), (x2, y2) = positions[e.source], positions[e.target]
+            out.append(edge_svg(x1 + w / 2 + 10, y1 + h + 10, x2 + w / 2 + 10, y2 + 10, h))
+        for n in nodes:
+            x, y = positions[n.id]
+            tip = "\n".join([n.op or n.kind, f"module: {n.module or '-'}", *n.saved])
+            out.append(
+                f'<g><title>{html.escape(tip)}</title><rect x="{x + 10}" y="{y + 10}" '
+                f'width="{w}" height="{h}" rx="{12 if n.kind != "op" else 4}" '
+                f'fill="{colour[n.kind]}" stroke="#667"/><text x="{x + 10 + w / 2}" '
+                f'y="{y + 10 + h / 2 + 4}" text-anchor="middle">{html.escape(n.label[:24])}'
+                "</text></g>"
+            )
+        out.append("</svg>")
+        return "\n".join(out)
+
+    def _repr_svg_(self) -> str:
+        return self.to_svg() if len(self.nodes) <= 600 else self.to_svg(max_nodes=len(self))
+
+
+def autograd_graph(
+    model: nn.Module,
+    *inputs: Any,
+    loss_fn: Callable[[Any], Tensor] | None = None,
+    **kwargs: Any,
+) -> AutogradGraph:
+    """Run `model(*inputs, **kwargs)` once and return the graph autograd recorded: one node
+    per operation (its backward node), parameters labelled with their qualified names,
+    model inputs, the shapes of saved tensors, and the innermost module call that made
+    each operation (for clustering), from the output (or `loss_fn(output)`) back.
+
+    Args:
+        model: the model.
+        *inputs, **kwargs: what to call it with (floating-point inputs are traced as
+            leaves, as in `module_graph`).
+        loss_fn: graph `loss_fn(output)` instead of the output's tensors.
+
+    Returns:
+        An `AutogradGraph`: `to_dot()` (clusters per module), `to_svg(module=...)`.
+
+    Example:
+        >>> ops = tensor_tracker.autograd_graph(model, x)
+        >>> sorted({n.kind for n in ops.nodes.values()})
+        ['input', 'op', 'output', 'param']
+        >>> sorted(n.label for n in ops.nodes.values() if n.kind == "param")
+        ['0.bias', '0.weight', '2.bias', '2.weight']
+    """
+    calls, output = record_calls(model, inputs, kwargs)
+    roots = [loss_fn(output)] if loss_fn is not None else list(iter_tensors(output))
+    params = {id(p): n for n, p in reversed(list(model.named_parameters(remove_duplicate=False)))}
+    leaves = {id(t) for c in calls[:1] for t, _ in c.inputs}
+    nodes: dict[str, OpNode] = {}
+    ids: dict[int, str] = {}
+    # The nodes' Python objects, held so that their ids stay theirs (a wrapper that dies
+    # frees its id for another).
+    alive: list[Any] = []
+    edges: list[GraphEdge] = []
+    todo = []
+    for root in roots:
+        if isinstance(root, Tensor) and root.grad_fn is not None and id(root.grad_fn) not in ids:
+            ids[id(root.grad_fn)] = f"op{len(ids)}"
+            todo.append(root.grad_fn)
+    while todo:
+        fn = todo.pop()
+        node_id = ids[id(fn)]
+        alive.append(fn)
+        variable = getattr(fn, "variable", None)
+        if isinstance(variable, Tensor):
+            kind = (
+                "param" if id(variable) in params else "input" if id(variable) in leaves else "op"
+            )
+            label = params.get(id(variable), "input" if kind == "input" else "leaf")
+            shape = str(list(variable.shape))
+            nodes[node_id] = OpNode(node_id, kind, label, type(fn).__name__, shape=shape)
+        else:
+            name = type(fn).__name__
+            label = name.removesuffix("0").removesuffix("Backward") or name
+            nodes[node_id] = OpNode(node_id, "op", label, name, saved=_saved_shapes(fn))
+        for nxt, _ in getattr(fn, "next_functions", ()):
+            if nxt is None:
+                continue
+            if id(nxt) not in ids:
+                ids[id(nxt)] = f"op{len(ids)}"
+                todo.append(nxt)
+            edges.append(GraphEdge(ids[id(nxt)], node_id))
+    output_node = OpNode("output", "output", "output")
+    for root in roots:
+        if isinstance(root, Tensor) and root.grad_fn is not None:
+            edges.append(GraphEdge(ids[id(root.grad_fn)], "output", str(list(root.shape))))
+    nodes["output"] = output_node
+    _attribute(calls, ids, nodes)
+    # Execution order for the layout: ops discovered from the output, reversed.
+    ordered = dict(reversed(list(nodes.items())))
+    return AutogradGraph(ordered, edges)
+
+
+def _attribute(calls: list[Any], ids: dict[int, str], nodes: dict[str, OpNode]) -> None:
+    """Each operation's innermost module call: walking back from a call's outputs to its
+    inputs claims the operations in between, deepest calls first."""
+    depth: dict[str, int] = {}
+    for call in calls:
+        parent = call.node.parent
+        depth[call.node.id] = 0 if parent is None else depth[parent] + 1
+    for call in sorted(calls, key=lambda c: -depth[c.node.id]):
+        stop = {id(fn) for _, fn in call.inputs if fn is not None}
+        todo = [fn for _, fn in call.outputs if fn is not None]
+        seen: set[int] = set()
+        while todo:
+            fn = todo.pop()
+            if id(fn) in seen or id(fn) in stop or id(fn) not in ids:
+                continue
+            seen.add(id(fn))
+            node = nodes[ids[id(fn)]]
+            if node.kind == "op" and node.module is None:
+                node.module = call.node.id
+            todo.extend(nxt for nxt, _ in getattr(fn, "next_functions", ()) if nxt is not None)
