@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ def _records(path: Path) -> list[Any]:
             continue
         length = int.from_bytes(data[position + 4 : position + 6], "little")
         kind = data[position + 6]
+        if position + 7 + length > len(data):
+            break  # still being written
         pending += data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind in (1, 4):  # a full record, or the last chunk of one
@@ -45,8 +48,16 @@ def _records(path: Path) -> list[Any]:
 
 def _history(run_dir: Path) -> list[tuple[int, dict[str, Any]]]:
     (file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    # wandb's core process may still be writing when finish() returns: wait for the exit
+    # record, which it writes last.
+    deadline = time.monotonic() + 60
+    records = _records(file)
+    while not any(r.WhichOneof("record_type") == "exit" for r in records):
+        assert time.monotonic() < deadline, "wandb never finished writing its run file"
+        time.sleep(0.1)
+        records = _records(file)
     out = []
-    for record in _records(file):
+    for record in records:
         if record.WhichOneof("record_type") == "history":
             items = {
                 (i.key or "/".join(i.nested_key)): json.loads(i.value_json)
