@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import warnings
@@ -108,10 +107,7 @@ class Tracker(Recorder):
             'warm-up over'
         """
         pd = require("pandas", "pandas")
-        rows = [
-            (e.step, e.name, float(e.value) if e.text is None else math.nan, e.text)
-            for e in self.logged
-        ]
+        rows = [(e.step, e.name, float(e.value), e.text) for e in self.logged]
         frame: pandas.DataFrame = pd.DataFrame(rows, columns=["step", "name", "value", "text"])
         return frame
 
@@ -156,7 +152,8 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     indexing, `log_frame()`, every plot and viewer work on it. Module classes come back as
     the real classes when their module is already imported (nothing is imported to find
     them), otherwise as stand-ins with the same name; containers other than tuples, lists
-    and dicts (dataclasses, `ModelOutput`) come back as dicts, namedtuples as tuples.
+    and dicts come back as what they hold: dataclasses, `ModelOutput`s and Hugging Face
+    caches as dicts, other pytree nodes as lists, namedtuples as tuples.
 
     Args:
         path: the recording's directory.

@@ -528,9 +528,7 @@ class Recorder:
             self._flush(False)
         if self._keep_steps is not None:
             self.stashes.keep_recent_steps(self._keep_steps - 1)
-            if self._max_bytes is not None:
-                self._counted.clear()
-                self._nbytes = _objects_nbytes(self.stashes, self._counted)
+            self._recount()
         self._step = self._step + 1 if n is None else n
         self._step_count += 1
         self._kind = kind
@@ -551,11 +549,18 @@ class Recorder:
         if columns.step_values and columns.step_values[-1] == self._step:
             self._sync()
             columns.drop_from(columns.step_rows[-1])
+            self._recount()
+
+    def _recount(self) -> None:
+        """Count again the bytes `max_bytes` holds against, after records were dropped."""
+        if self._max_bytes is not None:
             self._counted.clear()
-            store = columns.store
-            self._nbytes = (0 if store is None else store.nbytes) + _objects_nbytes(
-                columns, self._counted
-            )
+            self._nbytes = self._held(self._counted)
+
+    def _held(self, seen: set[int]) -> int:
+        """Bytes held by the records; each object in `seen` (ids) counted once."""
+        store = self.stashes.store
+        return (0 if store is None else store.nbytes) + _objects_nbytes(self.stashes, seen)
 
     def _attach_all(self) -> None:
         for registration in self._registrations:
@@ -923,10 +928,7 @@ class Recorder:
         """Bytes held by the tensors in the stashes (statistics count their few numbers);
         a copy shared by several stashes counts once."""
         self._sync()
-        seen: set[int] = set()
-        columns = self.stashes
-        held = 0 if columns.store is None else columns.store.nbytes
-        return held + _objects_nbytes(columns, seen)
+        return self._held(set())
 
     def __len__(self) -> int:
         return len(self.stashes)

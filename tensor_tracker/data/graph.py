@@ -5,9 +5,11 @@ going in and coming out, and their autograd nodes at that moment). For each call
 submodule calls, the graph of `P`'s level has a node per child call plus `P`'s input and
 output placeholders, and an edge `A -> B` when an input of `B` is an output of `A`, or is
 computed from one by functional code in `P` (additions, in-place ops, reshapes): found by
-walking the autograd graph back from `B`'s input until the first output of a sibling call
-(or an input of `P`). Inputs that no such walk reaches (made under `torch.no_grad()`,
-detached, or computed from integers) are reported as disconnected.
+walking the autograd graph back from `B`'s input until the first output of a sibling call,
+or the first node autograd made while a sibling call ran (a cache it filled without
+returning it), or an input of `P`. Tensors without autograd (integer ids, masks) are
+recognised by their memory, views of them included. Floating-point inputs that no walk
+reaches (made under `torch.no_grad()`, detached) are reported as disconnected.
 
 A pure-Python layered layout (longest-path layers, barycentre ordering) gives each node of
 each level a position, so the graph draws without Graphviz or a browser library: as SVG
@@ -121,8 +123,10 @@ class _Call:
     end: int = -1
     inputs: list[tuple[Tensor, Any]] = dataclasses.field(default_factory=list)
     outputs: list[tuple[Tensor, Any]] = dataclasses.field(default_factory=list)
-    # Per output that is a view, its base's autograd node (see `_connect`).
-    bases: list[Any] = dataclasses.field(default_factory=list)
+    # Autograd's node counter when the call started and ended: the nodes made in between
+    # are the call's (see `_connect`).
+    seq_start: int = 0
+    seq_end: int = 0
     children: list[_Call] = dataclasses.field(default_factory=list)
 
 
@@ -316,9 +320,27 @@ def _node(tensor: Tensor) -> Any:
     return gradient_node(tensor)
 
 
+def _sequence_now() -> int:
+    """Autograd's node counter now: the sequence number of a node made for the purpose
+    (nodes made later, in this thread, have larger ones)."""
+    with torch.enable_grad():
+        marker = torch.zeros((), requires_grad=True).view(())
+    assert marker.grad_fn is not None
+    number: int = marker.grad_fn._sequence_nr()
+    return number
+
+
 def _keys(tensors: list[tuple[Tensor, Any]]) -> Iterator[tuple[str, int]]:
+    """How a tensor is recognised where it is used: by its autograd node, else (integer
+    ids, masks, no_grad values) by its memory, so that a view of it (`ids.view(-1, n)`)
+    is recognised too. Every tensor recorded stays alive, so no address is reused."""
     for tensor, grad_fn in tensors:
-        yield ("node", id(grad_fn)) if grad_fn is not None else ("tensor", id(tensor))
+        if grad_fn is not None:
+            yield ("node", id(grad_fn))
+        elif tensor.numel() and tensor.layout == torch.strided:
+            yield ("memory", tensor.untyped_storage().data_ptr())
+        else:
+            yield ("tensor", id(tensor))
 
 
 def module_graph(model: nn.Module, *inputs: Any, **kwargs: Any) -> ModuleGraph:
@@ -381,7 +403,7 @@ def record_calls(
         counts[name] = call + 1
         node = GraphNode(f"{name or '<model>'}#{call}", name, call, type(module).__name__)
         node.parent = stack[-1].node.id if stack else None
-        record = _Call(node, clock[0], inputs=tensors_of((args, kw)))
+        record = _Call(node, clock[0], inputs=tensors_of((args, kw)), seq_start=_sequence_now())
         clock[0] += 1
         node.inputs = _describe([t for t, _ in record.inputs])
         node.params = sum(p.numel() for p in dict.fromkeys(module.parameters()))
@@ -397,10 +419,7 @@ def record_calls(
         record.end = clock[0]
         clock[0] += 1
         record.outputs = tensors_of(output)
-        record.bases = [
-            t._base.grad_fn if t._is_view() and t._base is not None else None
-            for t, _ in record.outputs
-        ]
+        record.seq_end = _sequence_now()
         record.node.outputs = _describe([t for t, _ in record.outputs])
 
     for module in dict.fromkeys(names):
@@ -444,22 +463,14 @@ def _connect(graph: ModuleGraph, parent: _Call) -> None:
     for key, (tensor, _) in zip(_keys(parent.inputs), parent.inputs, strict=True):
         producers.setdefault(key, []).append((parent.start, source.id, _shape(tensor)))
     for child in parent.children:
-        for key, (tensor, _), base in zip(
-            _keys(child.outputs), child.outputs, child.bases, strict=True
-        ):
+        for key, (tensor, _) in zip(_keys(child.outputs), child.outputs, strict=True):
             producers.setdefault(key, []).append((child.end, child.node.id, _shape(tensor)))
-            alias = ("node", id(base))
-            if base is not None and alias not in producers:
-                # An in-place op on a view (`h += x` on a Linear's 3-D output) rewires
-                # autograd through the view's base: its node stands for this output too,
-                # unless it is a tensor made outside this call (a view of an input).
-                producers[alias] = [(child.end, child.node.id, _shape(tensor))]
     edges: dict[tuple[str, str], GraphEdge] = {}
     consumers = [(c.node.id, c.start, c.inputs) for c in parent.children]
     consumers.append((sink.id, parent.end, parent.outputs))
     for target, start, tensors in consumers:
         for index, (key, (tensor, grad_fn)) in enumerate(zip(_keys(tensors), tensors, strict=True)):
-            found = _sources(key, grad_fn, start, producers)
+            found = _sources(key, grad_fn, start, producers, parent.children)
             for src, shape in found:
                 edges.setdefault((src, target), GraphEdge(src, target, shape))
             if not found and (tensor.is_floating_point() or tensor.is_complex()):
@@ -476,8 +487,20 @@ def _sources(
     grad_fn: Any,
     before: int,
     producers: dict[tuple[str, int], list[tuple[int, str, str]]],
+    siblings: list[_Call],
 ) -> list[tuple[str, str]]:
-    """The producers an input reaches: itself, or walking autograd back from its node."""
+    """The producers an input reaches: itself, or walking autograd back from its node
+    until an output of a sibling call, or a node made during one (a tensor the sibling
+    computed without returning it, e.g. a cache it filled, or the base of a view it
+    returned and that was then changed in place)."""
+    done = [c for c in siblings if c.end <= before]
+
+    def made_by(fn: Any) -> tuple[str, str] | None:
+        number = fn._sequence_nr()
+        for call in done:
+            if call.seq_start < number < call.seq_end:
+                return call.node.id, _shape(call.outputs[0][0]) if call.outputs else ""
+        return None
 
     def latest(k: tuple[str, int]) -> tuple[str, str] | None:
         done = [p for p in producers.get(k, ()) if p[0] <= before]
@@ -497,7 +520,7 @@ def _sources(
                 continue
             seen.add(id(nxt))
             alive.append(nxt)
-            hit = latest(("node", id(nxt)))
+            hit = latest(("node", id(nxt))) or made_by(nxt)
             if hit is not None:
                 found.setdefault(hit[0], hit[1])
             else:

@@ -19,8 +19,12 @@ Format (`FORMAT`, version `VERSION`), a directory holding:
     ``raw`` (a fixed-size list of float64, the `Layout`'s raw vector), or ``value``, a JSON
     text for anything else, where ``{"$tensor": key}`` is a tensor stored under ``key`` in
     the batch's ``tensors`` file, ``{"$stats": [...], "numel": n}`` statistics,
-    ``{"$tuple": [...]}`` a tuple and ``{"$dict": [[key, value], ...]}`` a dict (other
-    containers are stored as the dict or tuple they hold).
+    ``{"$tuple": [...]}`` a tuple, ``{"$dict": [[key, value], ...]}`` a dict,
+    ``{"$unrecorded": [type, reason]}`` an `Unrecorded`, ``{"$torch": "torch.float32"}`` and
+    ``{"$device": "cpu"}`` torch's dtypes, layouts and devices, ``{"$repr": text}`` another
+    plain value (loaded as that text, never evaluated) (the other
+    containers the tracker walks are stored as what they hold: mappings, dataclasses and
+    Hugging Face caches as dicts, pytree nodes as lists).
 ``tensors/<step>-<n>.safetensors``
     The full tensors of one written batch (safetensors: no code, memory-mappable), written
     to a temporary name and renamed, so a file is either complete or absent.
@@ -43,16 +47,19 @@ import os
 import socket
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._pytree import SUPPORTED_NODES
 
 from .._optional import require
 from ..core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, TUPLE, Columns, Site
-from ..core.records import LogEntry, Stash
+from ..core.records import LogEntry, Stash, Unrecorded
+from ..core.stash_fns import _IMMUTABLE
+from ..core.structure import _walks_attributes
 from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, Stats, StatsFn
 from ..stats.spec import CustomName, Statistic
@@ -140,15 +147,34 @@ class _Encoder:
             return {"$tensor": key}
         if isinstance(value, Stats):
             return {"$stats": value._host_values(), "numel": value.numel}
+        if isinstance(value, Unrecorded):
+            return {"$unrecorded": [value.type, value.reason]}
+        # The plain values a stash keeps (see `Unrecorded`): torch's own types by name,
+        # the others as their repr (loaded as that text; nothing is evaluated).
+        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+            return {"$torch": str(value)}
+        if isinstance(value, torch.device):
+            return {"$device": str(value)}
+        numpy = sys.modules.get("numpy")
+        plain = _IMMUTABLE if numpy is None else (*_IMMUTABLE, numpy.generic, numpy.ndarray)
+        if isinstance(value, plain) and not isinstance(value, (tuple, list)):
+            return {"$repr": repr(value)}
         if isinstance(value, tuple):  # namedtuples too: first_value unwraps them alike
             return {"$tuple": [self._plain(v, where) for v in value]}
         if isinstance(value, list):
             return [self._plain(v, where) for v in value]
+        # The other containers the tracker walks (see `rmap_tensor`), stored as the dict
+        # or list they hold: mappings, dataclasses, Hugging Face caches, pytree nodes.
         items: Any = None
-        if isinstance(value, dict) or hasattr(value, "items"):
+        if isinstance(value, Mapping):
             items = list(value.items())
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             items = [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+        elif _walks_attributes(value):
+            items = list(vars(value).items())
+        elif type(value) in SUPPORTED_NODES:
+            children = SUPPORTED_NODES[type(value)].flatten_fn(value)[0]
+            return [self._plain(v, where) for v in children]
         if items is not None:
             return {"$dict": [[self._plain(k, where), self._plain(v, where)] for k, v in items]}
         raise ArgumentValueError(
@@ -172,6 +198,16 @@ def _decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) -
             _decode(k, tensors, layout_fn): _decode(v, tensors, layout_fn)
             for k, v in plain["$dict"]
         }
+    if "$unrecorded" in plain:
+        return Unrecorded(*plain["$unrecorded"])
+    if "$torch" in plain:
+        found = getattr(torch, str(plain["$torch"]).removeprefix("torch."), None)
+        kinds = (torch.dtype, torch.layout, torch.memory_format)
+        return found if isinstance(found, kinds) else plain["$torch"]
+    if "$device" in plain:
+        return torch.device(plain["$device"])
+    if "$repr" in plain:
+        return plain["$repr"]
     if "$stats" in plain:
         if layout_fn is None:
             raise RecordingError("statistics in a recording whose metadata names none")

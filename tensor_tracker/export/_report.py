@@ -32,6 +32,12 @@ def _floats(values: Any) -> str:
     return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
 
 
+def _depth(name: str, recorded: set[str]) -> int:
+    """How many recorded modules contain `name` (the indentation of the module list)."""
+    parts = name.split(".") if name else []
+    return sum(".".join(parts[:k]) in recorded for k in range(len(parts)))
+
+
 def _tree_order(names: list[str]) -> list[str]:
     """Module names depth first, parents before their children, siblings in the order
     they first ran (that of `names`), the model itself first."""
@@ -60,6 +66,7 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
     steps = sorted(int(s) for s in frame["step"].unique())
     step_index = {s: i for i, s in enumerate(steps)}
     modules = _tree_order(list(dict.fromkeys(frame["name"])))
+    recorded = set(modules)
     types = dict(zip(frame["name"], frame["type"], strict=False))
     hist_name, hist = next(iter(histograms.items()), (None, None))
     hist_steps = (
@@ -114,7 +121,7 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
         "title": title,
         "steps": steps,
         "modules": [
-            {"name": m, "type": str(types[m]).rsplit(".", 1)[-1], "depth": m.count(".") + (m != "")}
+            {"name": m, "type": str(types[m]).rsplit(".", 1)[-1], "depth": _depth(m, recorded)}
             for m in modules
         ],
         "stats": stats,

@@ -244,3 +244,24 @@ def test_a_resnet_style_cnn() -> None:
         ("1.relu#1", "1#0/output"),
     }
     assert graph.nodes["0#0"].extra["kernel_size"] == "(7, 7)"
+
+
+def test_gpt2_with_its_cache_and_integer_ids() -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100)
+    model = transformers.GPT2LMHeadModel(config)
+    graph = module_graph(model, torch.randint(0, 100, (2, 8)))
+    # The integer ids reach wte through a view; the key/value cache each block fills
+    # (made in its call, never returned by it) counts as that block's output.
+    assert _edges(graph, "transformer#0") == {
+        ("transformer#0/input", "transformer.wte#0"),
+        ("transformer.wte#0", "transformer.drop#0"),
+        ("transformer.wpe#0", "transformer.drop#0"),
+        ("transformer.drop#0", "transformer.h.0#0"),
+        ("transformer.h.0#0", "transformer.h.1#0"),
+        ("transformer.h.1#0", "transformer.ln_f#0"),
+        ("transformer.ln_f#0", "transformer#0/output"),
+        ("transformer.h.0#0", "transformer#0/output"),
+        ("transformer.h.1#0", "transformer#0/output"),
+    }

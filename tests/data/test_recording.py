@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import LogEntry, Stash, load, track
+from tensor_tracker.core.structure import iter_tensors
 from tensor_tracker.data.frame import type_name
 from tensor_tracker.errors import ArgumentValueError, RecordingError
 from tensor_tracker.stats import Stats
@@ -316,3 +317,28 @@ def test_os_path_types(tmp_path: Path) -> None:
         _run(t, model, steps=1)
     t.save(str(tmp_path / "as-str"))
     assert len(load(os.fspath(tmp_path / "as-str"))) == len(t)
+
+
+def test_a_hugging_face_model_with_its_cache_round_trips(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=32)
+    model = transformers.GPT2LMHeadModel(config)
+    tokens = torch.randint(0, 100, (2, 8))
+    for name, options in (("stats", {"stats": True}), ("copies", {})):
+        with track(model, capture=("outputs", "inputs"), **options) as t:
+            model(tokens, labels=tokens).loss.backward()
+        # Outputs and the past_key_values input hold a DynamicCache (rebuilt, not pickled).
+        assert any("Cache" in type(s.value).__name__ for s in t)
+        t.save(tmp_path / name)
+        loaded = load(tmp_path / name)
+        assert len(loaded) == len(t)
+        for mine, theirs in zip(t, loaded, strict=True):
+            mine_tensors = [*iter_tensors(mine.value)]
+            theirs_tensors = [*iter_tensors(theirs.value)]
+            assert len(mine_tensors) == len(theirs_tensors)
+            assert all(_same(a, b) for a, b in zip(mine_tensors, theirs_tensors, strict=True))
+        if name == "stats":
+            import pandas as pd
+
+            pd.testing.assert_frame_equal(t.to_frame(), loaded.to_frame())
