@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..core.structure import iter_tensors
 from ..errors import ArgumentValueError
-from .graph import GraphEdge, _layout, edge_svg, record_calls
+from .graph import _ARROW, GraphEdge, _layout, edge_svg, record_calls
 
 __all__ = ["AutogradGraph", "OpNode", "autograd_graph"]
 
@@ -130,9 +130,7 @@ class AutogradGraph:
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             'font-family="sans-serif" font-size="10">',
-            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
-            'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker>'
-            "</defs>",
+            _ARROW,
         ]
         for e in edges:
             (x1, y1), (x2, y2) = positions[e.source], positions[e.target]

@@ -14,11 +14,10 @@ from torch import Tensor
 
 from .._optional import require
 from .._validate import check_type
-from ..core.records import Stash
-from ..errors import ArgumentTypeError, ArgumentValueError
+from ..errors import ArgumentValueError
 from ..stats import DEFAULT, Statistic
 from ..stats.formats import FORMATS
-from .frame import _first_stats, to_frame
+from .frame import holds_copies, recording_frame, to_frame
 from .nonfinite import first_nonfinite
 
 if TYPE_CHECKING:
@@ -176,21 +175,8 @@ class _Recording:
     the recording holds copies rather than statistics."""
 
     def __init__(self, recording: Any) -> None:
-        to_frame_method = getattr(recording, "to_frame", None)
-        if callable(to_frame_method):
-            self.frame = to_frame_method()
-            self.stashes: Sequence[Stash] = recording
-        elif isinstance(recording, Sequence) and all(isinstance(s, Stash) for s in recording):
-            self.stashes = recording
-            self.frame = to_frame(recording)
-        else:
-            raise ArgumentTypeError(
-                "diagnose(recording): pass a Tracker (or a list of Stash), got "
-                f"{type(recording).__name__}"
-            )
-        self.copies = not any(
-            _first_stats(s.value) is not None for s in itertools.islice(self.stashes, 64)
-        )
+        self.frame, self.stashes = recording_frame(recording, "diagnose(recording)")
+        self.copies = holds_copies(self.stashes)
 
     def column(self, name: str) -> Any:
         """The statistic `name` per row (numpy float64), or None when it cannot be had."""
@@ -439,11 +425,12 @@ def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding
             "(capture='params' without stats=)"
         )
     by_param: dict[tuple[str, str], list[tuple[int, Tensor]]] = {}
+    names, attrs, steps = (frame[c].to_numpy() for c in ("name", "attr", "step"))
     for row in rows:
         value = rec.stashes[int(row)].value
         if isinstance(value, Tensor):
-            key = (str(frame.at[row, "name"]), str(frame.at[row, "attr"]))
-            by_param.setdefault(key, []).append((int(frame.at[row, "step"]), value))
+            key = (str(names[row]), str(attrs[row]))
+            by_param.setdefault(key, []).append((int(steps[row]), value))
     ratios: list[tuple[float, str, int]] = []
     for (name, attr), history in by_param.items():
         for (step, before), (_, after) in itertools.pairwise(history):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from ..stats.store import StatsStore
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["to_frame", "type_name"]
+__all__ = ["holds_copies", "recording_frame", "to_frame", "type_name"]
 
 _TYPE_NAMES: dict[type, str] = {}
 
@@ -237,3 +238,26 @@ def _assemble(np: Any, n: int, parts: list[tuple[Any, Any]]) -> Any:
             else:
                 full[rows] = values
     return full
+
+
+def recording_frame(recording: Any, caller: str) -> tuple[pandas.DataFrame, Sequence[Stash]]:
+    """The frame and the stashes of what a reading function was given: a `Tracker` (its
+    own `to_frame()`) or a list of `Stash`.
+
+    Raises:
+        TypeError: something else (the error names `caller`).
+    """
+    to_frame_method = getattr(recording, "to_frame", None)
+    if callable(to_frame_method):
+        frame: pandas.DataFrame = to_frame_method()
+        return frame, recording
+    if isinstance(recording, Sequence) and all(isinstance(s, Stash) for s in recording):
+        return to_frame(recording), recording
+    raise ArgumentTypeError(
+        f"{caller}: pass a Tracker (or a list of Stash), got {type(recording).__name__}"
+    )
+
+
+def holds_copies(stashes: Sequence[Stash]) -> bool:
+    """Whether the records hold copies rather than statistics (judged by the first 64)."""
+    return not any(_first_stats(s.value) is not None for s in itertools.islice(stashes, 64))

@@ -213,8 +213,7 @@ class ModuleGraph:
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 20}" height="{height + 20}" '
             'font-family="sans-serif" font-size="11">',
-            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
-            'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>',
+            _ARROW,
         ]
         for e in level["edges"]:
             (x1, y1), (x2, y2) = positions[e.source], positions[e.target]
@@ -233,6 +232,11 @@ class ModuleGraph:
 
 
 _W, _H, _GAP_X, _GAP_Y = 150, 34, 30, 40
+_ARROW = (
+    '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
+    'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>'
+)
+"""The arrowhead `edge_svg` draws with."""
 
 
 def edge_svg(x1: float, y1: float, x2: float, y2: float, height: float) -> str:

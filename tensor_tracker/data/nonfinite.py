@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,8 +11,8 @@ import torch
 from .._optional import require
 from ..core.records import Stash
 from ..core.structure import iter_tensors
-from ..errors import ArgumentTypeError, NotRecordedError
-from .frame import _first_stats, to_frame
+from ..errors import NotRecordedError
+from .frame import _first_stats, holds_copies, recording_frame, to_frame
 
 if TYPE_CHECKING:
     import pandas
@@ -72,7 +71,7 @@ def _flags_from_values(stashes: Sequence[Stash]) -> list[bool]:
 def _nonfinite_column(frame: pandas.DataFrame, stashes: Sequence[Stash]) -> Any:
     """Per row, whether the recorded value held a NaN or an infinity."""
     np = require("numpy", "pandas")
-    if not any(_first_stats(s.value) is not None for s in itertools.islice(stashes, 64)):
+    if holds_copies(stashes):
         return np.array(_flags_from_values(stashes), dtype=bool)  # full copies
     exact = [c for c in _EXACT if c in frame.columns]
     if "nonfinite" in exact:
@@ -137,7 +136,8 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
     With `stats=` the check reads the recorded `min`/`max` (or `nonfinite`) of the first
     tensor of each value, as `to_frame` shows them (without those, `sum`, `mean`, `rms` or
     `abs_mean`, which are also non-finite when finite values overflow them); with full
-    copies, every tensor of each value is checked. `track(..., on_nonfinite="raise")` stops a run at the first one.
+    copies, every tensor of each value is checked. `track(..., on_nonfinite="raise")`
+    stops a run at the first one.
 
     Args:
         recording: a `Tracker` (or a list of `Stash`).
@@ -155,17 +155,7 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
         >>> first_nonfinite(t) is None
         True
     """
-    to_frame_method = getattr(recording, "to_frame", None)
-    if callable(to_frame_method):
-        frame = to_frame_method()
-        stashes: Sequence[Stash] = recording
-    elif isinstance(recording, Sequence) and all(isinstance(s, Stash) for s in recording):
-        frame, stashes = to_frame(recording), recording
-    else:
-        raise ArgumentTypeError(
-            "first_nonfinite(recording): pass a Tracker (or a list of Stash), got "
-            f"{type(recording).__name__}"
-        )
+    frame, stashes = recording_frame(recording, "first_nonfinite(recording)")
     np = require("numpy", "pandas")
     bad = _nonfinite_column(frame, stashes)
     hits = np.flatnonzero(bad)
