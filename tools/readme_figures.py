@@ -3,7 +3,10 @@ committed in doc/images/ so the README shows them anywhere).
 
 A small transformer learns a copy task for a few steps under `track`; the figures are the
 scale plot (stats of every layer against the number formats), a histogram of a layer's
-activations and gradients, and token trajectories through the layers (UMAP).
+activations and gradients, and token trajectories through the layers (UMAP). Then the same
+figures on real-size models built from code (`examples/zoo.py`): a 12-layer BERT's scale plot
+grouped by block and role, a ResNet-18-like CNN's, and the gradient history of a 3-layer
+`nn.TransformerEncoder` over 200 training steps.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 import tensor_tracker
+from examples import zoo
 from examples.tiny_transformer import TinyTransformer, copy_task_batch
 from tensor_tracker import plot
 
@@ -58,11 +63,38 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "umap.png": plot.umap_plot(full, layers=r"^blocks\.\d+$", tokens=range(24)),
     }
+    figures.update(at_scale())
     for name, figure in figures.items():
         figure.savefig(out / name, dpi=DPI)
         print(f"{out / name}: {(out / name).stat().st_size / 1024:.0f} KiB")
     print(f"README figures in {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def at_scale() -> dict[str, Any]:
+    """Figures of the models of `examples/zoo.py` (#16: readable at 200+ modules)."""
+    bert = zoo.bert()
+    ids = torch.randint(0, 100, (4, 16), generator=torch.Generator().manual_seed(0))
+    with tensor_tracker.track(bert, stats=True) as bert_stats:
+        torch.autograd.backward(bert(ids).last_hidden_state.pow(2).mean())
+    resnet = zoo.ResNet18()
+    images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with tensor_tracker.track(resnet, stats=True) as resnet_stats:
+        torch.autograd.backward(F.cross_entropy(resnet(images), torch.arange(4)))
+    encoder = zoo.encoder()
+    x = torch.randn(8, 12, 16, generator=torch.Generator().manual_seed(0))
+    opt = torch.optim.Adam(encoder.parameters(), lr=1e-3)
+    with tensor_tracker.track(encoder, stats=True) as history:
+        for _ in range(200):
+            torch.autograd.backward(encoder(x).sin().pow(2).mean())
+            opt.step()
+            opt.zero_grad()
+            history.step()
+    return {
+        "bert_scale_plot.png": plot.scale_plot(bert_stats),
+        "resnet_scale_plot.png": plot.scale_plot(resnet_stats),
+        "encoder_history.png": plot.history(history, grad=True, leaves=True),
+    }
 
 
 if __name__ == "__main__":

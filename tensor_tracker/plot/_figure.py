@@ -16,12 +16,29 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 __all__ = [
     "DEFAULT_FORMATS",
+    "MANY_MODULES",
+    "MAX_LEGEND",
+    "MAX_WIDTH",
+    "category_ticks",
     "format_lines",
     "format_list",
+    "limits_legend",
     "new_axes",
     "new_figure",
     "root_figure",
+    "series_key",
+    "series_styles",
+    "short_label",
 ]
+
+MAX_LEGEND = 12
+"""The most entries a legend lists; more series get a colour scale with a colour bar."""
+
+MANY_MODULES = 40
+"""Above this many modules, figures show leaf modules only and group repeated blocks."""
+
+MAX_WIDTH = 14.0
+"""The widest figure we make, in inches: a notebook's width, whatever the module count."""
 
 
 DEFAULT_FORMATS: tuple[str, ...] = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
@@ -144,3 +161,133 @@ def format_lines(ax: Axes, formats: Sequence[Format], data: Sequence[float]) -> 
         for _, style, text in _LIMITS:
             handles.append(lines.Line2D([], [], color="gray", linestyle=style, label=text))
     return handles
+
+
+def series_styles(n: int) -> list[dict[str, Any]]:
+    """Line styles for `n` series: distinct colours (dashed after the first 10) up to
+    `MAX_LEGEND`, a viridis scale in series order (depth) beyond."""
+    if n <= MAX_LEGEND:
+        return [{"color": f"C{i % 10}", "linestyle": "-" if i < 10 else "--"} for i in range(n)]
+    cmap = require("matplotlib", "plot").colormaps["viridis"]
+    return [{"color": cmap(i / (n - 1)), "linestyle": "-"} for i in range(n)]
+
+
+def series_key(
+    fig: Figure,
+    axes: Axes | list[Axes],
+    handles: Sequence[Any],
+    labels: Sequence[str],
+    styles: Sequence[dict[str, Any]],
+    title: str,
+    limits: Sequence[Any] = (),
+) -> None:
+    """Name the series: a legend beside the axes up to `MAX_LEGEND` entries, otherwise a
+    colour bar of the series' colours whose tick labels (thinned to fit) name them.
+
+    `limits` (the handles of `format_lines`) go in a legend below the figure when the
+    figure holds nothing else (`owned`); pass them here, for the series legend, when
+    drawing into a user's axes."""
+    first = axes[0] if isinstance(axes, list) else axes
+    if len(labels) <= MAX_LEGEND:
+        if labels or limits:
+            first.legend(
+                handles=[*handles, *limits],
+                labels=[short_label(label) for label in labels] + [h.get_label() for h in limits],
+                title=title or None,
+                fontsize="small",
+                title_fontsize="small",
+                loc="upper left",
+                bbox_to_anchor=(1.01, 1.0),
+            )
+        return
+    colors = require("matplotlib.colors", "plot")
+    cm = require("matplotlib.cm", "plot")
+    cmap = colors.ListedColormap([style["color"] for style in styles])
+    mappable = cm.ScalarMappable(norm=colors.Normalize(-0.5, len(labels) - 0.5), cmap=cmap)
+    bar = fig.colorbar(mappable, ax=axes, fraction=0.04, pad=0.02)
+    bar.ax.invert_yaxis()
+    category_ticks(bar.ax.yaxis, [short_label(label) for label in labels], fontsize="x-small")
+    bar.set_label(title)
+    if limits:
+        first.legend(handles=list(limits), fontsize="small", loc="upper left")
+
+
+def category_ticks(axis: Any, labels: Sequence[str], fontsize: str = "small") -> None:
+    """Label integer positions 0..n-1 of a matplotlib `Axis` with `labels` (x labels are
+    rotated), keeping every k-th with k as small as lets them fit the axis' length at draw
+    time, so tick labels never overlap however many categories there are."""
+    ticker = require("matplotlib.ticker", "plot")
+    font_manager = require("matplotlib.font_manager", "plot")
+    names = list(labels)
+    # A label takes one line height across the axis (x labels are drawn rotated by 90°).
+    spacing = 1.5 * font_manager.FontProperties(size=fontsize).get_size_in_points()
+
+    locator: Any = ticker.Locator
+
+    class FitLocator(locator):  # type: ignore[misc]
+        def __call__(self) -> list[int]:
+            lo, hi = sorted(self.axis.get_view_interval())
+            first, last = max(0, math.ceil(lo)), min(len(names) - 1, math.floor(hi))
+            box = self.axis.axes.get_window_extent()
+            along = box.width if self.axis.axis_name == "x" else box.height
+            room = max(1, int(along * 72 / self.axis.axes.get_figure(root=True).dpi / spacing))
+            count = last - first + 1
+            step = next(k for k in _STEPS if math.ceil(count / k) <= room or k == _STEPS[-1])
+            return [i for i in range(first, last + 1) if i % step == 0]
+
+    def label(value: float, _: Any) -> str:
+        i = round(value)
+        return names[i] if abs(value - i) < 1e-6 and 0 <= i < len(names) else ""
+
+    axis.set_major_locator(FitLocator())
+    axis.set_major_formatter(ticker.FuncFormatter(label))
+    axis.set_minor_locator(ticker.NullLocator())
+    axis.set_tick_params(labelsize=fontsize)
+    if axis.axis_name == "x":
+        axis.set_tick_params(labelrotation=90)
+
+
+# Label every k-th category, k from this list (the last step is for absurd counts).
+_STEPS = (1, 2, 3, 4, 5, 10, 20, 25, 50, 100, 200, 500, 1000, 10**9)
+
+
+def short_label(text: str, width: int = 36) -> str:
+    """`text` shortened to at most `width` characters by leaving out whole name components
+    from the left, never block indices nor the last component
+    (`"encoder.layer.11.attention.output.LayerNorm"` -> `"…layer.11.attention.output.LayerNorm"`),
+    then by cutting the middle."""
+    parts = text.split(".")
+    dropped = [False] * len(parts)
+    for i in range(len(parts) - 1):
+        if len(_join(parts, dropped)) <= width:
+            break
+        if not parts[i].isdigit():
+            dropped[i] = True
+    out = _join(parts, dropped)
+    if len(out) <= width:
+        return out
+    head = (width - 1) // 2
+    return out[:head] + "\u2026" + out[len(out) - (width - 1 - head) :]
+
+
+def _join(parts: list[str], dropped: list[bool]) -> str:
+    """Dotted name with each run of dropped components shown as one "…"."""
+    out: list[str] = []
+    for part, gone in zip(parts, dropped, strict=True):
+        if not gone:
+            out.append(part)
+        elif not out or out[-1] != "\u2026":
+            out.append("\u2026")
+    return ".".join(out).replace("\u2026.", "\u2026")
+
+
+def limits_legend(fig: Figure, handles: Sequence[Any]) -> None:
+    """The legend of the number-format lines, below the plot across the figure."""
+    if handles:
+        fig.legend(
+            handles=list(handles),
+            loc="outside lower center",
+            ncols=4,
+            fontsize="small",
+            frameon=False,
+        )

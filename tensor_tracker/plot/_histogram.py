@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 from ..data.series import (
+    Series,
     auto_range,
     bin_counts,
     check_range,
@@ -28,7 +29,7 @@ from ..data.series import (
     series_labels,
     tensor_series,
 )
-from ._figure import new_axes
+from ._figure import MAX_LEGEND, category_ticks, new_axes, short_label
 
 __all__ = ["histogram"]
 
@@ -136,6 +137,8 @@ def histogram(
         for s in series:
             s.counts = bin_counts(s, bins, lo, hi)
 
+    if len(series) > MAX_LEGEND:
+        return _rows(series, edges, log2, ax)
     fig, ax = new_axes(ax, (7.0, 4.0))
     to_rgba = require("matplotlib.colors", "plot").to_rgba
     alpha = 0.8 if len(series) == 1 else 0.4
@@ -154,4 +157,32 @@ def histogram(
     ax.set_ylabel("count")
     ax.set_title(names[0] if len(series) == 1 else f"{len(series)} tensors")
     ax.legend(fontsize="small")
+    return fig
+
+
+def _rows(series: list[Series], edges: list[float], log2: bool, ax: Axes | None) -> Figure:
+    """Many histograms as a heatmap: one row per series (first at the top), x the bins,
+    colour the count on a log scale; row labels thinned to fit."""
+    colors = require("matplotlib.colors", "plot")
+    numpy = require("numpy", "plot")
+    fig, ax = new_axes(ax, (9.0, min(10.0, 3.0 + 0.1 * len(series))))
+    counts = numpy.array([s.counts for s in series], dtype=float)
+    positive = counts[counts > 0]
+    if positive.size == 0:
+        raise ArgumentValueError("histogram: no value falls in the bins")
+    norm = colors.LogNorm(vmin=float(positive.min()), vmax=max(float(positive.max()), 1.0))
+    rows = numpy.arange(len(series) + 1) - 0.5
+    masked = numpy.ma.masked_equal(counts, 0.0)
+    mesh = ax.pcolormesh(edges, rows, masked, norm=norm, cmap="viridis")
+    ax.invert_yaxis()
+    category_ticks(ax.yaxis, [short_label(s.label) for s in series], fontsize="x-small")
+    fig.colorbar(mesh, ax=ax, label="count (log scale)")
+    ax.set_xlabel("log2|value|" if log2 else "value")
+    missing: dict[str, float] = {}
+    for s in series:
+        for what, n in s.missing.items():
+            missing[what] = missing.get(what, 0) + n
+    left_out = ", ".join(f"{round(n):,} {what}" for what, n in missing.items() if n)
+    title = f"{len(series)} tensors, one row each"
+    ax.set_title(title + (f"\nnot shown: {left_out}" if left_out else ""), fontsize="medium")
     return fig

@@ -22,21 +22,30 @@ from ..stats import Stats
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+from ..data.depth import leaf_names
 from ..data.embedding import Names
-from ..data.history import history_rows, step_edges
+from ..data.history import curves, first_nonfinite_step, history_rows, step_edges
 from ..data.series import (
     Series,
     auto_range,
     bin_counts,
     check_range,
     empty_error,
-    log2_abs,
-    mean_by,
     nothing_selected,
     recorded_series,
     tensor_series,
 )
-from ._figure import DEFAULT_FORMATS, format_lines, format_list, new_axes
+from ._figure import (
+    DEFAULT_FORMATS,
+    MANY_MODULES,
+    MAX_LEGEND,
+    format_lines,
+    format_list,
+    limits_legend,
+    new_axes,
+    series_key,
+    series_styles,
+)
 
 __all__ = ["histogram_heatmap", "history"]
 
@@ -49,6 +58,8 @@ def history(
     grad: bool = False,
     kind: str = "output",
     formats: Sequence[str] = DEFAULT_FORMATS,
+    leaves: bool | None = None,
+    max_points: int = 400,
     ax: Axes | None = None,
 ) -> Figure:
     """A statistic over training steps, one line per module, on a log2 scale.
@@ -56,7 +67,14 @@ def history(
     Record steps with one tracker around the training loop and `tracker.step()` after each
     step (`every=N` records every N-th). x is the `step` column; y is log2|stat|, the mean
     over a module's calls within each step. Horizontal lines mark the number-format limits
-    as in `scale_plot`.
+    as in `scale_plot` (their legend is below the plot). The first step where a shown
+    value is NaN or infinite is marked with a red vertical line.
+
+    Up to 12 modules are named in a legend; more are coloured by depth (execution order,
+    dark to light) with a colour bar naming them. Runs longer than `max_points` recorded
+    steps are drawn as means over buckets of consecutive steps, with a band from each
+    bucket's smallest to largest value (up to 12 lines), so spikes stay visible; the
+    recording is not changed.
 
     Args:
         tracker_or_frame: a `Tracker`, a list of `Stash`, or `tracker.to_frame()` (any
@@ -68,11 +86,15 @@ def history(
         grad: `True` for the gradients, `False` for the forward values.
         kind: `"output"` (the default), `"input"`, `"param"` or `"optimizer"`.
         formats: which formats' limits to draw; `()` for none.
+        leaves: `True` for leaf modules only (no recorded submodule); default: leaves only
+            when `names` is not given and more than 40 modules match.
+        max_points: the most points drawn per line (see above).
         ax: draw into this matplotlib axes instead of a new figure.
 
     Returns:
         The matplotlib `Figure`: one line per module (labelled with its name) plus the
-        reference lines (`gid` `"limit:<format>:<limit>"`).
+        reference lines (`gid` `"limit:<format>:<limit>"`) and, if any, the line with gid
+        `"first-nonfinite"` at the first non-finite step.
 
     Raises:
         TypeError: `tracker_or_frame` is of the wrong type.
@@ -85,31 +107,73 @@ def history(
         ...         lm(tokens).logsumexp(-1).mean().backward(); t.step()
         >>> fig = plot.history(t, stat="rms", names=r"blocks\\.\\d+$", grad=True)
     """
+    if not isinstance(max_points, int) or isinstance(max_points, bool) or max_points < 2:
+        raise ArgumentValueError(f"max_points must be an int >= 2, got {max_points!r}")
     row_names, steps, values, modules = history_rows(tracker_or_frame, stat, names, grad, kind)
     fmts = format_list(formats)
-    means = mean_by(list(zip(row_names, steps, strict=True)), values)
-    fig, ax = new_axes(ax, (8.0, 4.5))
+    if leaves if leaves is not None else (names is None and len(modules) > MANY_MODULES):
+        modules = leaf_names(modules)
+        kept = set(modules)
+        rows = [r for r in zip(row_names, steps, values, strict=True) if r[0] in kept]
+        row_names, steps, values = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+    lines = curves(row_names, steps, values, max_points)
+    owned = ax is None
+    fig, ax = new_axes(ax, (10.0, 5.0))
+    styles = series_styles(len(modules))
     handles = []
     everything: list[float] = []
-    for i, module in enumerate(modules):
-        xs = sorted(st for (n, st) in means if n == module)
-        ys = log2_abs([means[(module, st)] for st in xs])
-        everything += ys
-        line = ax.plot(
-            xs, ys, marker=".", color=f"C{i % 10}", label=display_name(module), zorder=3
-        )[0]
-        handles.append(line)
+    for module, style in zip(modules, styles, strict=True):
+        curve = lines[module]
+        everything += curve.lo + curve.hi
+        handles.append(
+            ax.plot(
+                curve.x,
+                curve.y,
+                marker="." if len(curve.x) <= 60 else None,
+                linewidth=1.0,
+                label=display_name(module),
+                zorder=3,
+                **style,
+            )[0]
+        )
+        if curve.lo is not curve.y and len(modules) <= MAX_LEGEND:
+            ax.fill_between(curve.x, curve.lo, curve.hi, color=style["color"], alpha=0.2, lw=0)
     if all(math.isnan(v) for v in everything):
         raise ArgumentValueError(
             f"history: every {stat} value is zero, NaN or infinite, so there is nothing to draw "
             "on a log scale; try another stat= such as 'abs_max'"
         )
-    handles += format_lines(ax, fmts, everything)
+    limits = format_lines(ax, fmts, everything)
+    bad = first_nonfinite_step(steps, values)
+    if bad is not None:
+        ax.axvline(bad, color="red", linestyle=":", linewidth=1.5, zorder=4, gid="first-nonfinite")
+        ax.annotate(
+            f"first non-finite: step {bad}",
+            (bad, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            color="red",
+            fontsize="small",
+        )
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(require("matplotlib.ticker", "plot").MaxNLocator(integer=True))
     ax.set_ylabel(f"log2({stat})" if stat not in ("mean", "min", "max") else f"log2|{stat}|")
     what = "gradients" if grad else ("outputs" if kind == "output" else f"{kind}s")
-    ax.set_title(f"{stat} of {what} over steps (mean over calls)")
-    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    size = len(next(iter(lines.values())).x)
+    drawn = f"; drawn as {size} bucket means, band min..max" if len(set(steps)) > max_points else ""
+    ax.set_title(f"{stat} of {what} over steps (mean over calls{drawn})")
+    series_key(
+        fig,
+        ax,
+        handles,
+        [str(h.get_label()) for h in handles],
+        styles,
+        "module (by depth)",
+        limits=() if owned else limits,
+    )
+    if owned:
+        limits_legend(fig, limits)
     return fig
 
 

@@ -17,8 +17,32 @@ from ..errors import ArgumentValueError
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-from ..data.series import empty_error, last_step, log2_abs, mean_by, stat_values
-from ._figure import DEFAULT_FORMATS, format_lines, format_list, new_axes
+from ..data.depth import Depth, depth_layout, leaf_names
+from ..data.embedding import Names
+from ..data.series import (
+    empty_error,
+    last_step,
+    log2_abs,
+    mean_by,
+    nothing_selected,
+    stat_values,
+)
+from ..stats.formats import Format
+from ._figure import (
+    DEFAULT_FORMATS,
+    MANY_MODULES,
+    MAX_WIDTH,
+    category_ticks,
+    format_lines,
+    format_list,
+    limits_legend,
+    new_axes,
+    new_figure,
+    root_figure,
+    series_key,
+    series_styles,
+    short_label,
+)
 
 __all__ = ["scale_plot"]
 
@@ -30,16 +54,29 @@ def scale_plot(
     kind: str = "output",
     step: int | None = None,
     formats: Sequence[str] = DEFAULT_FORMATS,
+    names: Names = None,
+    leaves: bool | None = None,
+    group: bool | None = None,
     ax: Axes | None = None,
 ) -> Figure:
     """The scale of every module's forward value and gradient, against format limits.
 
-    One x position per module, in execution order (the order of each module's first
-    forward stash; the root model is shown as `"<model>"`), with two series: forward
-    (circles) and gradient (squares), plotted as log2|stat| so each unit is a factor of 2.
-    Horizontal lines mark the range of each number format: its largest value (overflow
-    above, solid), smallest normal (dashed) and smallest subnormal (underflow below,
-    dotted); the legend lists each format's range.
+    Values are plotted as log2|stat|, so each unit is a factor of 2. Horizontal lines mark
+    the range of each number format: its largest value (overflow above, solid), smallest
+    normal (dashed) and smallest subnormal (underflow below, dotted); the legend below the
+    plot lists each format's range.
+
+    Small models get one x position per module, in execution order (the order of each
+    module's first forward stash; the root model is shown as `"<model>"`), with two series:
+    forward (circles) and gradient (squares).
+
+    Large models (more than 40 modules) are drawn by depth: leaf modules only, and the
+    repeated blocks (`encoder.layer.0` … `encoder.layer.11`, `layer1.0`, …) recognised
+    from the names, so that x is the block and each *role* inside a block
+    (`attention.self.query`, `intermediate.dense`, …) is one line; modules outside every
+    block (embeddings, head) keep their places at the ends, as black diamonds. Forward
+    values and gradients are then two panels. The figure stays within 14 inches whatever
+    the module count, and tick labels are thinned to fit.
 
     When a module ran several times in the step (several calls), the plotted value is the
     mean of the statistic over its calls. Only one step is shown: the last recorded one
@@ -57,22 +94,36 @@ def scale_plot(
         step: the step to show; default: the last recorded step.
         formats: which formats' limits to draw (keys of `tensor_tracker.formats.FORMATS`);
             `()` for none.
-        ax: draw into this matplotlib axes instead of a new figure.
+        names: which modules: a substring or regex of module names, or a list of exact
+            names; default: all.
+        leaves: `True` for leaf modules only (no recorded submodule), `False` for parents
+            too; default: leaves only above 40 modules.
+        group: `True` to group repeated blocks as described above, `False` for one x
+            position per module; default: group above 40 modules.
+        ax: draw into this matplotlib axes instead of a new figure (grouped, forward and
+            gradient share it: gradients dashed).
 
     Returns:
-        The matplotlib `Figure`. Its axes hold the series lines labelled `"forward"` and
-        `"gradient"` and one horizontal line per format limit, with `gid`
+        The matplotlib `Figure`. Per module: its axes hold the series lines labelled
+        `"forward"` and `"gradient"`; grouped: one line per role (labelled with the role,
+        plus `" (grad)"` when sharing `ax`) and `"outside blocks"`. Every axes holds one
+        horizontal line per format limit, with `gid`
         `"limit:<format>:<max|min_normal|min_subnormal>"` at y = log2(limit).
 
     Raises:
         TypeError: `tracker_or_stashes` is not a tracker or a list of stashes.
-        ValueError: no stashes, none of this `kind`/`step`, an unknown or unrecorded `stat`,
-            or every value is zero/NaN.
+        ValueError: no stashes, none of this `kind`/`step`/`names`, an unknown or
+            unrecorded `stat`, or every value is zero/NaN.
 
     Example:
         >>> with tensor_tracker.track(model, stats=True) as t:
         ...     loss_fn(model(x)).backward()
         >>> fig = plot.scale_plot(t, stat="abs_max")
+        >>> with tensor_tracker.track(lm, stats=True) as t:
+        ...     lm(tokens).logsumexp(-1).mean().backward()
+        >>> fig = plot.scale_plot(t, names=r"^blocks", group=True)  # x: block, a line per role
+        >>> len(fig.axes)  # forward and gradient panels
+        2
     """
     stashes = as_stashes(tracker_or_stashes, "tracker_or_stashes")
     if not stashes:
@@ -87,32 +138,122 @@ def scale_plot(
     if not chosen:
         steps = sorted({s.step for s in select(stashes, kind=kind)})
         raise ArgumentValueError(f"scale_plot: no stash at step={step}; recorded steps: {steps}")
+    if names is not None:
+        chosen = select(chosen, kind=None, names=names)
+        if not chosen:
+            raise nothing_selected("scale_plot", f"names={names!r}", stashes)
     fmts = format_list(formats)
-    values = stat_values(chosen, stat)
     order = module_order(chosen)
+    if leaves if leaves is not None else len(order) > MANY_MODULES:
+        order = leaf_names(order)
+        kept = set(order)
+        chosen = [s for s in chosen if s.name in kept]
+    values = stat_values(chosen, stat)
     means = mean_by([(s.name, s.grad) for s in chosen], values)
-    fwd = log2_abs([means.get((n, False), math.nan) for n in order])
-    bwd = log2_abs([means.get((n, True), math.nan) for n in order])
-    has_grad = any(s.grad for s in chosen)
-    if all(math.isnan(v) for v in fwd + bwd):
+    if all(math.isnan(v) for v in log2_abs(list(means.values()))):
         raise ArgumentValueError(
             f"scale_plot: every {stat} value is zero, NaN or infinite (or no stash holds a "
             "tensor), so there is no scale to plot; try another stat= such as 'abs_max'"
         )
+    has_grad = any(s.grad for s in chosen)
+    depth = depth_layout(order)
+    grouped = depth.grouped and (group if group is not None else len(order) > MANY_MODULES)
+    calls = "mean over calls, " if any(s.call for s in chosen) else ""
+    title = f"{stat} per module ({kind}, {calls}step {step})"
+    ylabel = f"log2({stat})" if stat not in ("mean", "min", "max") else f"log2|{stat}|"
+    if grouped:
+        return _by_depth(depth, means, has_grad, fmts, title, ylabel, ax)
 
     # The legend beside the axes takes about 3.5 inches.
-    fig, ax = new_axes(ax, (max(9.0, 0.35 * len(order) + 5.5), 4.5))
+    width = min(MAX_WIDTH, max(9.0, 0.3 * len(order) + 5.5))
+    owned = ax is None
+    labels = [short_label(display_name(n)) for n in order]
+    fig, ax = new_axes(ax, (width, 3.5 + _label_room(labels)))
     x = list(range(len(order)))
+    fwd = log2_abs([means.get((n, False), math.nan) for n in order])
+    bwd = log2_abs([means.get((n, True), math.nan) for n in order])
     handles = [ax.plot(x, fwd, marker="o", linestyle="-", color="C0", label="forward", zorder=3)[0]]
     if has_grad:
         handles.append(
             ax.plot(x, bwd, marker="s", linestyle="-", color="C1", label="gradient", zorder=3)[0]
         )
-    handles += format_lines(ax, fmts, fwd + bwd)
-    ax.set_xticks(x, [display_name(n) for n in order], rotation=90, fontsize="small")
-    ax.set_ylabel(f"log2({stat})" if stat not in ("mean", "min", "max") else f"log2|{stat}|")
-    calls = "mean over calls, " if any(s.call for s in chosen) else ""
-    ax.set_title(f"{stat} per module ({kind}, {calls}step {step})")
+    limits = format_lines(ax, fmts, fwd + bwd)
+    _module_axis(ax, labels)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    names = [str(h.get_label()) for h in handles]
+    series_key(fig, ax, handles, names, [], "", limits=() if owned else limits)
+    if owned:
+        limits_legend(fig, limits)
+    return fig
+
+
+def _label_room(labels: list[str]) -> float:
+    """Inches below the axes for rotated x tick labels (about 0.06 inch per character)."""
+    return 0.3 + 0.06 * max((len(label) for label in labels), default=0)
+
+
+def _module_axis(ax: Axes, labels: list[str]) -> None:
+    """Categorical x axis: labels at 0..n-1 (thinned to fit), rotated, with light grid lines."""
+    category_ticks(ax.xaxis, labels)
+    ax.set_xlim(-0.5, len(labels) - 0.5)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def _by_depth(
+    depth: Depth,
+    means: dict[Any, float],
+    has_grad: bool,
+    fmts: list[Format],
+    title: str,
+    ylabel: str,
+    ax: Axes | None,
+) -> Figure:
+    """Draw `scale_plot` by depth: x = block (or lone module), one line per role."""
+    panels = [False, True] if has_grad else [False]
+    width = min(MAX_WIDTH, max(9.0, 0.3 * len(depth.slots) + 6.0))
+    if ax is None:
+        labels = [short_label(slot) for slot in depth.slots]
+        fig = new_figure((width, min(10.0, 3.2 * len(panels) + 1.0 + _label_room(labels))))
+        axes = list(fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
+        owned = True
+    else:
+        fig, axes, owned = root_figure(ax), [ax] * len(panels), False
+    styles = series_styles(len(depth.roles))
+    x = list(range(len(depth.slots)))
+    handles: list[Any] = []
+    limits: list[Any] = []
+    for grad, panel in zip(panels, axes, strict=True):
+        values = {role: [math.nan] * len(depth.slots) for role in (*depth.roles, None)}
+        for (name, g), value in means.items():
+            if g == grad and name in depth.place:
+                slot, role = depth.place[name]
+                values[role][slot] = value
+        shared = grad and not owned
+        drawn = []
+        for role, style in zip(depth.roles, styles, strict=True):
+            ys = log2_abs(values[role])
+            line = panel.plot(
+                x,
+                ys,
+                marker="o",
+                markersize=3,
+                linewidth=1.2,
+                label=role + (" (grad)" if shared else ""),
+                zorder=3,
+                **{**style, "linestyle": "--" if shared else style["linestyle"]},
+            )[0]
+            handles += [] if grad else [line]
+            drawn += ys
+        outside = log2_abs(values[None])
+        panel.plot(x, outside, "D", color="black", markersize=4, label="outside blocks", zorder=3)
+        limits = format_lines(panel, fmts, drawn + outside)
+        _module_axis(panel, [short_label(slot) for slot in depth.slots])
+        panel.set_ylabel(f"{ylabel}, {'gradient' if grad else 'forward'}" if owned else ylabel)
+    axes[0].set_title(title + f": {len(depth.roles)} roles in {sum(depth.is_block)} blocks")
+    axes[-1].set_xlabel("block (black diamonds: modules outside the repeated blocks)")
+    key = () if owned else limits
+    series_key(fig, axes, handles, depth.roles, styles, "role in block", limits=key)
+    if owned:
+        limits_legend(fig, limits)
     return fig

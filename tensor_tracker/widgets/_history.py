@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import plot
+from .._optional import require
+from ..data.depth import depth_layout, leaf_names
+from ..data.history import statistics_frame
 from ..data.select import (
+    match_names,
     module_order,
     select,
 )
@@ -18,6 +22,7 @@ from ..data.embedding import NUMBERED
 from ._base import (
     EMPTY,
     Panel,
+    Quiet,
     default_stat,
     empty_viewer,
     ipywidgets_module,
@@ -40,6 +45,12 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     - `"stat"` (Dropdown): the statistic (default `"rms"`).
     - `"modules"` (SelectMultiple): the modules drawn as lines; default the numbered layers
       (names ending in a number, e.g. `blocks.0`, `blocks.1`), else the first 8 modules.
+      Hidden when there is only one module.
+    - `"search"` (Text): a substring or regex that narrows the `"modules"` list (the
+      selection is kept).
+    - `"role"` (Dropdown, for models with repeated blocks such as `encoder.layer.0` …
+      `encoder.layer.11`): pick a role inside the blocks (e.g. `attention.output.dense`) to
+      select that module in every block.
     - `"grad"` (ToggleButtons): forward values (`False`) or gradients (`True`); applies to
       both figures.
     - `"heatmap_module"` (Dropdown): the module of the heatmap. Its histograms come from
@@ -77,26 +88,68 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     outputs = select(stashes, kind="output")
     names = module_order(outputs or stashes)
     default = [n for n in names if NUMBERED.search(n)] or names[:8]
+    depth = depth_layout(leaf_names(names))
     c: dict[str, Any] = {
         "stat": w.Dropdown(options=options, value=default_stat(options), description="statistic"),
         "modules": w.SelectMultiple(
             options=module_options(names), value=default, description="modules", rows=8
+        ),
+        "search": w.Text(value="", placeholder="filter modules (regex)", description="search"),
+        "role": w.Dropdown(
+            options=[("(choose)", "")] + [(r, r) for r in depth.roles],
+            value="",
+            description="role",
         ),
         "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=False),
         "heatmap_module": w.Dropdown(
             options=module_options(names), value=default[0], description="heatmap"
         ),
     }
+    if len(names) == 1:
+        for key in ("modules", "search", "heatmap_module"):
+            c[key].layout.display = "none"
+    if not depth.grouped:
+        c["role"].layout.display = "none"
     panel = Panel(w)
     heat = Panel(w)
+    # Statistics are read once as a frame (columns, not one Stash per row) with the rows of
+    # each module, so that a redraw only takes the selected modules' rows: fast on hundreds
+    # of modules over thousands of steps.
+    source: list[tuple[Any, dict[str, Any]]] = []
 
     def draw_history() -> Figure:
         modules = list(c["modules"].value)
         if not modules:
             raise ArgumentValueError("Select one or more modules (ctrl/shift-click).")
-        if c["stat"].value is None:
+        stat = c["stat"].value
+        if stat is None:
             raise ArgumentValueError("No statistic is available for these stashes.")
-        return plot.history(stashes, stat=c["stat"].value, names=modules, grad=c["grad"].value)
+        if not source:
+            frame = statistics_frame(tracker, stat)
+            groups = {} if frame is None else frame.groupby("name").indices
+            rows = {str(name): positions for name, positions in groups.items()}
+            source.append((frame, rows))
+        frame, index = source[0]
+        if frame is None or stat not in frame.columns:
+            return plot.history(stashes, stat=stat, names=modules, grad=c["grad"].value)
+        numpy = require("numpy", "widgets")
+        taken = [index[m] for m in modules if m in index]
+        chosen = frame.iloc[numpy.sort(numpy.concatenate(taken))] if taken else frame.iloc[:0]
+        return plot.history(chosen, stat=stat, names=modules, grad=c["grad"].value)
+
+    def search() -> None:
+        shown = match_names(names, c["search"].value)
+        selected = c["modules"].value
+        kept = [n for n in names if n in shown or n in selected]
+        with quiet:  # the selection stays as it was: nothing to redraw
+            c["modules"].options = module_options(kept)
+            c["modules"].value = selected
+
+    def pick_role() -> None:
+        role = c["role"].value
+        if role:
+            chosen = [n for n, (_, r) in depth.place.items() if r == role]
+            c["modules"].value = tuple(chosen)
 
     def draw_heatmap() -> Figure:
         return plot.histogram_heatmap(stashes, c["heatmap_module"].value, grad=c["grad"].value)
@@ -113,10 +166,13 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         redraw_history()
         redraw_heatmap()
 
-    observe([c["stat"], c["modules"]], redraw_history)
+    quiet = Quiet()
+    observe([c["stat"], c["modules"]], lambda: None if quiet.active else redraw_history())
+    observe([c["search"]], search)
+    observe([c["role"]], pick_role)
     observe([c["heatmap_module"]], redraw_heatmap)
     observe([c["grad"]], redraw)
-    rows = [w.HBox([w.VBox([c["stat"], c["grad"]]), c["modules"]])]
+    rows = [w.HBox([w.VBox([c["stat"], c["grad"], c["role"], c["search"]]), c["modules"]])]
     box = make_viewer(w, c, rows, panel, redraw)
     box.children = (*box.children, c["heatmap_module"], heat.box)
     box.heatmap_message = heat.message

@@ -26,9 +26,11 @@ def bar_counts(fig: Figure, i: int = 0) -> list[float]:
 
 
 def legend_texts(ax: Axes) -> list[str]:
-    legend = ax.get_legend()
-    assert legend is not None
-    return [t.get_text() for t in legend.get_texts()]
+    """The axes' legend entries, then those of the figure's legends (the format limits)."""
+    legends = [ax.get_legend(), *ax.get_figure(root=True).legends]
+    texts = [t.get_text() for legend in legends if legend is not None for t in legend.get_texts()]
+    assert texts
+    return texts
 
 
 def limit_lines(ax: Axes) -> dict[str, float]:
