@@ -222,7 +222,7 @@ def _by_depth(
     styles = series_styles(len(depth.roles))
     x = list(range(len(depth.slots)))
     handles: list[Any] = []
-    limits: list[Any] = []
+    drawn: dict[Axes, list[float]] = {}
     for grad, panel in zip(panels, axes, strict=True):
         values = {role: [math.nan] * len(depth.slots) for role in (*depth.roles, None)}
         for (name, g), value in means.items():
@@ -230,7 +230,6 @@ def _by_depth(
                 slot, role = depth.place[name]
                 values[role][slot] = value
         shared = grad and not owned
-        drawn = []
         for role, style in zip(depth.roles, styles, strict=True):
             ys = log2_abs(values[role])
             line = panel.plot(
@@ -244,12 +243,15 @@ def _by_depth(
                 **{**style, "linestyle": "--" if shared else style["linestyle"]},
             )[0]
             handles += [] if grad else [line]
-            drawn += ys
+            drawn.setdefault(panel, []).extend(ys)
         outside = log2_abs(values[None])
         panel.plot(x, outside, "D", color="black", markersize=4, label="outside blocks", zorder=3)
-        limits = format_lines(panel, fmts, drawn + outside)
-        _module_axis(panel, [short_label(slot) for slot in depth.slots])
+        drawn[panel].extend(outside)
         panel.set_ylabel(f"{ylabel}, {'gradient' if grad else 'forward'}" if owned else ylabel)
+    limits: list[Any] = []
+    for panel, data in drawn.items():  # one axes when sharing the user's
+        limits = format_lines(panel, fmts, data)
+        _module_axis(panel, [short_label(slot) for slot in depth.slots])
     axes[0].set_title(title + f": {len(depth.roles)} roles in {sum(depth.is_block)} blocks")
     axes[-1].set_xlabel("block (black diamonds: modules outside the repeated blocks)")
     key = () if owned else limits

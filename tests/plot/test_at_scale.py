@@ -237,3 +237,15 @@ def test_history_marks_the_first_nonfinite_step() -> None:
     assert any(text.get_text() == "first non-finite: step 7" for text in ax.texts)
     before = plot.history([s for s in t if s.step < 7]).axes[0]
     assert not [line for line in before.get_lines() if line.get_gid() == "first-nonfinite"]
+
+
+def test_grouped_scale_plot_into_a_users_axes(resnet_run: Tracker) -> None:
+    fig = Figure(figsize=(10, 5))
+    ax = fig.add_subplot()
+    assert plot.scale_plot(resnet_run, ax=ax) is fig
+    limits = [line for line in ax.get_lines() if (line.get_gid() or "").startswith("limit:")]
+    assert len(limits) == 12  # 4 formats x 3 limits, once for both series
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "conv1" in labels and "conv1 (grad)" in labels
+    grad = next(line for line in ax.get_lines() if line.get_label() == "conv1 (grad)")
+    assert grad.get_linestyle() == "--"
