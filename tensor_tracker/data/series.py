@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,6 +30,7 @@ __all__ = [
     "last_step",
     "log2_abs",
     "mean_by",
+    "not_shown",
     "nothing_selected",
     "recorded_series",
     "series_labels",
@@ -142,6 +143,15 @@ class Series:
         if left_out:
             text += "; not shown: " + ", ".join(left_out)
         return text
+
+
+def not_shown(series: Iterable[Series]) -> str:
+    """What the series left out, summed over them: `"4,840 zeros, 3 NaN/inf"` (or `""`)."""
+    missing: dict[str, float] = {}
+    for ser in series:
+        for what, n in ser.missing.items():
+            missing[what] = missing.get(what, 0) + n
+    return ", ".join(f"{round(n):,} {what}" for what, n in missing.items() if n)
 
 
 def float_values(tensor: Tensor, label: str) -> Tensor:

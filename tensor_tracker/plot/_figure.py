@@ -284,10 +284,13 @@ def _join(parts: list[str], dropped: list[bool]) -> str:
 def limits_legend(fig: Figure, handles: Sequence[Any]) -> None:
     """The legend of the number-format lines, below the plot across the figure."""
     if handles:
+        # One column per ~3 inches of figure width (the longest entries), so that the legend
+        # never runs past the figure's edges.
+        width = float(fig.get_size_inches()[0])
         fig.legend(
             handles=list(handles),
             loc="outside lower center",
-            ncols=4,
+            ncols=max(1, min(4, int(width / 3.2))),
             fontsize="small",
             frameon=False,
         )

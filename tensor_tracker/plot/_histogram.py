@@ -25,6 +25,7 @@ from ..data.series import (
     bin_counts,
     check_range,
     empty_error,
+    not_shown,
     recorded_series,
     series_labels,
     tensor_series,
@@ -178,11 +179,7 @@ def _rows(series: list[Series], edges: list[float], log2: bool, ax: Axes | None)
     category_ticks(ax.yaxis, [short_label(s.label) for s in series], fontsize="x-small")
     fig.colorbar(mesh, ax=ax, label="count (log scale)")
     ax.set_xlabel("log2|value|" if log2 else "value")
-    missing: dict[str, float] = {}
-    for s in series:
-        for what, n in s.missing.items():
-            missing[what] = missing.get(what, 0) + n
-    left_out = ", ".join(f"{round(n):,} {what}" for what, n in missing.items() if n)
+    left_out = not_shown(series)
     title = f"{len(series)} tensors, one row each"
     ax.set_title(title + (f"\nnot shown: {left_out}" if left_out else ""), fontsize="medium")
     return fig

@@ -31,6 +31,7 @@ from ..data.series import (
     bin_counts,
     check_range,
     empty_error,
+    not_shown,
     nothing_selected,
     recorded_series,
     tensor_series,
@@ -242,7 +243,6 @@ def histogram_heatmap(
     steps = sorted({s.step for s in chosen})
     position = {st: i for i, st in enumerate(steps)}
     recorded = [s for s in chosen if isinstance(s.first_value, Stats)]
-    missing: dict[str, float] = {}
     if recorded:
         if len(recorded) < len(chosen):
             raise ArgumentValueError(
@@ -255,8 +255,6 @@ def histogram_heatmap(
         counts = torch.zeros(len(steps), len(edges) - 1, dtype=torch.float64)
         for s, ser in zip(recorded, series, strict=True):
             counts[position[s.step]] += torch.tensor(ser.counts, dtype=torch.float64)
-            for what, n in ser.missing.items():
-                missing[what] = missing.get(what, 0) + n
     else:
         if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
             raise ArgumentValueError(f"bins must be a positive int, got {bins!r}")
@@ -279,12 +277,12 @@ def histogram_heatmap(
             for ser in group:
                 c = bin_counts(ser, bins, lo, hi)
                 counts[position[st]] += torch.tensor(c, dtype=torch.float64)
-                for what, n in ser.missing.items():
-                    missing[what] = missing.get(what, 0) + n
+        series = everything
+    left_out = not_shown(series)
     if float(counts.sum()) == 0:
         raise ArgumentValueError(
             f"histogram_heatmap: no value of {display_name(name)!r} falls in the bins "
-            f"(not shown: {missing})"
+            f"(not shown: {left_out or 'nothing'})"
         )
     colors = require("matplotlib.colors", "plot")
     fig, ax = new_axes(ax, (8.0, 4.5))
@@ -296,7 +294,6 @@ def histogram_heatmap(
     fig.colorbar(mesh, ax=ax, label="count (log scale)")
     ax.set_xlabel("step")
     ax.set_ylabel("log2|value|" if log2_used else "value")
-    left_out = ", ".join(f"{round(n):,} {what}" for what, n in missing.items() if n)
     title = f"{display_name(name)} ({'grad' if grad else 'fwd'}): histogram over steps"
     ax.set_title(title + (f"\nnot shown: {left_out}" if left_out else ""), fontsize="medium")
     return fig

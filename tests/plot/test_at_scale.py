@@ -98,6 +98,8 @@ def check_readable(fig: Figure) -> None:
             assert len(legend.get_texts()) <= 12
     for legend in fig.legends:
         assert len(legend.get_texts()) <= 12
+        box = legend.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, "the legend runs past the figure"
 
 
 Figures = dict[str, Callable[[], Figure]]
@@ -249,3 +251,15 @@ def test_grouped_scale_plot_into_a_users_axes(resnet_run: Tracker) -> None:
     assert "conv1" in labels and "conv1 (grad)" in labels
     grad = next(line for line in ax.get_lines() if line.get_label() == "conv1 (grad)")
     assert grad.get_linestyle() == "--"
+
+
+def test_figures_of_a_small_lstm_fit_their_legends() -> None:
+    """A narrow figure (few modules): the format legend below must still fit its width."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.LSTM(16, 32, batch_first=True))
+    with tensor_tracker.track(model, stats=True, capture=("outputs", "inputs", "params")) as t:
+        for _ in range(3):
+            model(torch.randint(0, 50, (2, 10)))[0].sum().backward()
+            t.step()
+    for make in (lambda: plot.scale_plot(t), lambda: plot.history(t, grad=True)):
+        check_readable(make())
