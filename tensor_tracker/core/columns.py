@@ -27,9 +27,10 @@ columnar (copies of tensors, nested outputs, stashes a user's `stash=` built).
 import bisect
 import weakref
 from array import array
-from collections.abc import Iterable, Iterator, MutableSequence
+from collections.abc import Callable, Iterable, Iterator, MutableSequence
 from typing import Any, NamedTuple, Protocol, overload
 
+import torch
 from torch import Tensor, nn
 
 from .records import Kind, Stash
@@ -215,6 +216,64 @@ class Columns(MutableSequence[Stash]):
     def _store(self) -> ValueStore:
         assert self.store is not None  # only rows put into a store refer to it
         return self.store
+
+    def where(
+        self, keep: Callable[[Site], bool], grad: bool | None = None, step: int | None = None
+    ) -> list[Stash]:
+        """The stashes of the rows whose site `keep` accepts and, unless None, whose
+        gradient flag equals `grad` and whose step is `step`, in recording order, building
+        no other `Stash`. Rows holding a whole `Stash` (added by hand or by a user's
+        `stash=`) pass the site and gradient tests: the caller checks them like any stash."""
+        if not len(self):
+            return []
+        mask = self._mask(keep, grad)
+        if step is not None:
+            in_step = torch.tensor([value == step for value in self.step_values])
+            mask &= in_step[self._row_runs()]
+        return [self._stash(row) for row in mask.nonzero().flatten().tolist()]
+
+    def steps_where(self, keep: Callable[[Site], bool]) -> list[int]:
+        """The steps, ascending, at which a site that `keep` accepts was recorded."""
+        if not len(self):
+            return []
+        mask = self._mask(keep, None)
+        by_hand = mask & (torch.frombuffer(self.flags, dtype=torch.uint8) & STASH != 0)
+        runs = self._row_runs()
+        hit = torch.zeros(len(self.step_values), dtype=torch.bool)
+        hit[runs[mask & ~by_hand]] = True
+        found = {self.step_values[k] for k in hit.nonzero().flatten().tolist()}
+        found.update(self._stash(row).step for row in by_hand.nonzero().flatten().tolist())
+        return sorted(found)
+
+    def _mask(self, keep: Callable[[Site], bool], grad: bool | None) -> Tensor:
+        """Rows (of a non-empty table) that pass the site and gradient tests of `where`."""
+        # One mark per site, and a last one for the -1 of rows holding a whole Stash.
+        marks = torch.tensor([bool(keep(site)) for site in self.sites] + [True])
+        mask = marks[torch.frombuffer(self.site, dtype=torch.int32).long()]
+        if grad is not None:
+            flags = torch.frombuffer(self.flags, dtype=torch.uint8)
+            mask &= ((flags & GRAD) != 0).eq(grad) | ((flags & STASH) != 0)
+        return mask
+
+    def _row_runs(self) -> Tensor:
+        """For every row, the index of its run in `step_rows`/`step_values`."""
+        starts = torch.tensor([*self.step_rows, len(self)], dtype=torch.long)
+        return torch.arange(len(self.step_rows)).repeat_interleave(starts.diff())
+
+    def first_of_sites(self) -> list[Stash]:
+        """The first stash of each site for forward values and for gradients, in recording
+        order (plus every row holding a whole `Stash`): what a tracker holds, in a few
+        stashes, without building the others."""
+        if not len(self):
+            return []
+        site = torch.frombuffer(self.site, dtype=torch.int32).long()
+        grad = (torch.frombuffer(self.flags, dtype=torch.uint8) & GRAD).long()
+        key = torch.where(site < 0, -1 - torch.arange(len(site)), 2 * site + grad)
+        _, inverse = torch.unique(key, return_inverse=True)
+        rows = torch.arange(len(site))
+        first = torch.full((int(inverse.max()) + 1,), len(site), dtype=torch.long)
+        first = first.scatter_reduce(0, inverse, rows, reduce="amin")
+        return [self._stash(row) for row in first.sort().values.tolist()]
 
     @overload
     def __getitem__(self, index: int) -> Stash: ...

@@ -39,7 +39,7 @@ from ..errors import (
     MemoryBudgetError,
     TrackerStateError,
 )
-from .columns import GRAD, REFS, TRAINING, TUPLE, Columns
+from .columns import GRAD, REFS, TRAINING, TUPLE, Columns, Site
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
 from .memo import RecentTensors
 from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
@@ -944,6 +944,25 @@ class Recorder:
     def __iter__(self) -> Iterator[Stash]:
         self._sync()
         return iter(self.stashes)
+
+    def _where(
+        self, keep: Callable[[Site], bool], grad: bool | None = None, step: int | None = None
+    ) -> list[Stash]:
+        """The stashes whose site (name, class, kind, attr) `keep` accepts and, unless None,
+        whose `grad` and `step` equal these; the others are never built (see
+        `Columns.where`), so choosing a few modules of a long run is fast."""
+        self._sync()
+        return self.stashes.where(keep, grad, step)
+
+    def _steps_where(self, keep: Callable[[Site], bool]) -> list[int]:
+        """The steps at which a site `keep` accepts was recorded (see `Columns.steps_where`)."""
+        return self.stashes.steps_where(keep)
+
+    def _first_of_sites(self) -> list[Stash]:
+        """The first forward and first gradient stash of each (module, kind, attr), in
+        recording order (see `Columns.first_of_sites`)."""
+        self._sync()
+        return self.stashes.first_of_sites()
 
     def __str__(self) -> str:
         return f"Tracker(stashes={len(self.stashes)}, tracking={len(self._handles)})"

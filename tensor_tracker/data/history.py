@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ..core.tracker import Recorder
 from ..errors import ArgumentValueError
 from .select import (
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     import pandas
 from .embedding import Names
 from .frame import holds_copies
-from .series import empty_error, log2_abs, mean_by, stat_values
+from .series import empty_error, stat_values
 
 __all__ = [
     "Curve",
@@ -152,32 +154,46 @@ def curves(
     `max_points` points: longer runs are averaged over buckets of consecutive recorded
     steps, keeping each bucket's extremes, so a spike still shows (for drawing only: the
     recording itself is untouched)."""
-    means = mean_by(list(zip(names, steps, strict=True)), values)
-    per_module: dict[str, list[tuple[int, float]]] = {}
-    for (name, step), value in means.items():
-        per_module.setdefault(name, []).append((step, value))
-    all_steps = sorted(set(steps))
-    size = max(1, math.ceil(len(all_steps) / max_points))
-    bucket = {st: i // size for i, st in enumerate(all_steps)}
+    index: dict[str, int] = {}
+    module = torch.tensor([index.setdefault(n, len(index)) for n in names], dtype=torch.long)
+    all_steps, column = torch.unique(
+        torch.tensor(list(steps), dtype=torch.long), return_inverse=True
+    )
+    value = torch.tensor(list(values), dtype=torch.float64)
+    m, s = len(index), len(all_steps)
+    size = max(1, math.ceil(s / max_points))
+    width = math.ceil(s / size) * size  # whole buckets; the padding is never present
+    cell = module * width + column
+    counted = ~value.isnan()
+    # Mean over a module's calls within a step, leaving out NaN (a step of NaN alone is NaN).
+    total = torch.zeros(m * width, dtype=torch.float64).index_add_(
+        0, cell, torch.where(counted, value, 0.0)
+    )
+    count = torch.zeros(m * width, dtype=torch.float64).index_add_(0, cell, counted.double())
+    present = torch.zeros(m * width, dtype=torch.bool)
+    present[cell] = True
+    magnitude = (total / count).abs()
+    y = torch.where((magnitude > 0) & magnitude.isfinite(), magnitude.log2(), math.nan)
+    x = torch.nn.functional.pad(all_steps.double(), (0, width - s)).repeat(m)
+    shape = (m, width // size, size)
+    present, x, y = present.view(shape), x.view(shape), y.view(shape)
+    finite = present & ~y.isnan()
+    # Per bucket: the mean step, the mean of the finite values, and their extremes.
+    cx = torch.where(present, x, 0.0).sum(-1) / present.sum(-1)
+    n = finite.sum(-1)
+    cy = torch.where(finite, y, 0.0).sum(-1) / n
+    lo = torch.where(finite, y, math.inf).amin(-1)
+    hi = torch.where(finite, y, -math.inf).amax(-1)
+    cy, lo, hi = (torch.where(n > 0, v, math.nan) for v in (cy, lo, hi))
+    kept = present.any(-1)
     out = {}
-    for name, points in per_module.items():
-        points.sort()
-        xs = [float(st) for st, _ in points]
-        ys = log2_abs([v for _, v in points])
+    for name, i in index.items():
+        keep = kept[i]
+        ys = cy[i][keep].tolist()
         if size == 1:
-            out[name] = Curve(xs, ys, ys, ys)
-            continue
-        groups: dict[int, list[tuple[float, float]]] = {}
-        for x, y in zip(xs, ys, strict=True):
-            groups.setdefault(bucket[int(x)], []).append((x, y))
-        cx, cy, lo, hi = [], [], [], []
-        for group in groups.values():
-            finite = [y for _, y in group if not math.isnan(y)]
-            cx.append(sum(x for x, _ in group) / len(group))
-            cy.append(sum(finite) / len(finite) if finite else math.nan)
-            lo.append(min(finite) if finite else math.nan)
-            hi.append(max(finite) if finite else math.nan)
-        out[name] = Curve(cx, cy, lo, hi)
+            out[name] = Curve(cx[i][keep].tolist(), ys, ys, ys)
+        else:
+            out[name] = Curve(cx[i][keep].tolist(), ys, lo[i][keep].tolist(), hi[i][keep].tolist())
     return out
 
 

@@ -16,10 +16,13 @@ __all__ = [
     "ROOT_LABEL",
     "as_stashes",
     "display_name",
+    "first_stashes",
     "match_names",
     "module_order",
     "name_filter",
+    "recorded_steps",
     "select",
+    "select_from",
     "stash_label",
     "stash_tensor",
 ]
@@ -55,6 +58,51 @@ def as_stashes(source: Any, argument: str) -> list[Stash]:
             f"{argument} must hold Stash objects (e.g. list(tracker)), found a {type(bad).__name__}"
         )
     return stashes
+
+
+def select_from(
+    source: Any,
+    argument: str,
+    *,
+    names: str | re.Pattern[str] | Sequence[str] | None = None,
+    grad: bool | None = None,
+    kind: str | None = "output",
+    step: int | None = None,
+) -> list[Stash]:
+    """`select(as_stashes(source, argument), ...)`, building from a tracker only the
+    stashes that match: a few modules or one step of a run of hundreds of thousands of
+    records are found in milliseconds instead of seconds."""
+    if not isinstance(source, Recorder):
+        stashes = as_stashes(source, argument)
+        return select(stashes, names=names, grad=grad, kind=kind, step=step)
+    found = source._where(_site_filter(names, kind), grad, step)
+    return select(found, names=names, grad=grad, kind=kind, step=step)
+
+
+def recorded_steps(source: Any, argument: str, kind: str | None = None) -> list[int]:
+    """The steps, ascending, at which stashes of `kind` (any kind for None) were recorded."""
+    if isinstance(source, Recorder):
+        return source._steps_where(_site_filter(None, kind))
+    return sorted({s.step for s in as_stashes(source, argument) if kind in (None, s.kind)})
+
+
+def _site_filter(
+    names: str | re.Pattern[str] | Sequence[str] | None, kind: str | None
+) -> Callable[[Any], bool]:
+    keep = name_filter(names, "names")
+    return lambda site: (kind is None or site.kind == kind) and (keep is None or keep(site.name))
+
+
+def first_stashes(source: Any, argument: str) -> list[Stash]:
+    """The first forward and first gradient stash of each module, kind and attribute, in
+    recording order: what a tracker (or list of stashes) holds, for choosing options,
+    without building every `Stash` of a long run."""
+    if isinstance(source, Recorder):
+        return source._first_of_sites()
+    first: dict[tuple[str, str, str, bool], Stash] = {}
+    for s in as_stashes(source, argument):
+        first.setdefault((s.name, s.kind, s.attr, s.grad), s)
+    return list(first.values())
 
 
 def stash_tensor(stash: Stash) -> Tensor | None:

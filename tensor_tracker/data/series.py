@@ -251,13 +251,15 @@ def recorded_series(
     labels: list[str],
     stat: str,
     log2: bool | None,
+    function: str = "histogram",
 ) -> tuple[list[Series], tuple[float, ...], bool]:
-    """Series from recorded histogram statistics, with their bin edges and whether they are log2."""
+    """Series from recorded histogram statistics, with their bin edges and whether they are
+    log2; errors name `function`, the figure asked for."""
     for s, st in zip(stashes, stats_list, strict=True):
         if stat not in st.layout.histograms:
             held = list(st.layout.histograms)
             raise ArgumentValueError(
-                f"histogram: {stash_label(s)} holds statistics without a histogram named "
+                f"{function}: {stash_label(s)} holds statistics without a histogram named "
                 f"{stat!r} (histograms: {held or 'none'}); track with "
                 "stats=[..., tensor_tracker.stats.histogram()], or without stats= to keep tensors"
             )
@@ -265,11 +267,11 @@ def recorded_series(
     recorded_log2 = stats_list[0].is_log2(stat)
     if any(st.edges(stat) != edges or st.is_log2(stat) != recorded_log2 for st in stats_list):
         raise ArgumentValueError(
-            "histogram: the recorded histograms have different bins; plot them one at a time"
+            f"{function}: the recorded histograms have different bins; plot them one at a time"
         )
     if log2 is not None and log2 != recorded_log2:
         raise ArgumentValueError(
-            f"histogram: log2={log2} but the recorded histogram {stat!r} was binned with "
+            f"{function}: log2={log2} but the recorded histogram {stat!r} was binned with "
             f"log2={recorded_log2}; leave log2=None for recorded histograms"
         )
     table = stats_table(stats_list)

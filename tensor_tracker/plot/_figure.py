@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from .._optional import require
@@ -20,6 +22,7 @@ __all__ = [
     "MAX_LEGEND",
     "MAX_WIDTH",
     "category_ticks",
+    "fixed_margins",
     "format_lines",
     "format_list",
     "limits_legend",
@@ -60,11 +63,42 @@ _FORMAT_COLORS = ("tab:red", "tab:purple", "tab:olive", "tab:cyan")
 _VIEW_LIMIT = 32.0
 
 
+# Margins (left, right, bottom, top, in inches) of the figures made inside `fixed_margins`.
+_MARGINS: ContextVar[tuple[float, float, float, float] | None] = ContextVar(
+    "_MARGINS", default=None
+)
+
+
+@contextmanager
+def fixed_margins(
+    left: float = 0.8, right: float = 2.7, bottom: float = 1.2, top: float = 0.45
+) -> Iterator[None]:
+    """Figures made inside this block get these margins (inches; `right` holds a legend or
+    colour bar, `bottom` the axis label and the format legend) instead of constrained
+    layout. For viewers redrawn on every click: constrained layout measures every text
+    and takes longer than the drawing itself."""
+    token = _MARGINS.set((left, right, bottom, top))
+    try:
+        yield
+    finally:
+        _MARGINS.reset(token)
+
+
 def new_figure(figsize: tuple[float, float]) -> Figure:
-    """A new Figure outside pyplot, displayable in IPython (see `_show_figures_in_ipython`)."""
+    """A new Figure outside pyplot, displayable in IPython (see `_show_figures_in_ipython`),
+    laid out by matplotlib's constrained layout unless inside `fixed_margins`."""
     figure_module = require("matplotlib.figure", "plot")
     _show_figures_in_ipython(figure_module.Figure)
-    fig: Figure = figure_module.Figure(figsize=figsize, layout="constrained")
+    margins = _MARGINS.get()
+    if margins is None:
+        fig: Figure = figure_module.Figure(figsize=figsize, layout="constrained")
+        return fig
+    left, right, bottom, top = margins
+    width, height = figsize
+    fig = figure_module.Figure(figsize=figsize, layout=None)
+    fig.subplots_adjust(
+        left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height
+    )
     return fig
 
 
@@ -287,9 +321,10 @@ def limits_legend(fig: Figure, handles: Sequence[Any]) -> None:
         # One column per ~3 inches of figure width (the longest entries), so that the legend
         # never runs past the figure's edges.
         width = float(fig.get_size_inches()[0])
+        fixed = fig.get_layout_engine() is None  # made in `fixed_margins`: room left below
         fig.legend(
             handles=list(handles),
-            loc="outside lower center",
+            loc="lower center" if fixed else "outside lower center",
             ncols=max(1, min(4, int(width / 3.2))),
             fontsize="small",
             frameon=False,

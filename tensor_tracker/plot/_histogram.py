@@ -174,7 +174,7 @@ def _rows(series: list[Series], edges: list[float], log2: bool, ax: Axes | None)
     norm = colors.LogNorm(vmin=float(positive.min()), vmax=max(float(positive.max()), 1.0))
     rows = numpy.arange(len(series) + 1) - 0.5
     masked = numpy.ma.masked_equal(counts, 0.0)
-    mesh = ax.pcolormesh(edges, rows, masked, norm=norm, cmap="viridis")
+    mesh = ax.pcolormesh(edges, rows, masked, norm=norm, cmap="viridis", rasterized=True)
     ax.invert_yaxis()
     category_ticks(ax.yaxis, [short_label(s.label) for s in series], fontsize="x-small")
     fig.colorbar(mesh, ax=ax, label="count (log scale)")

@@ -13,7 +13,7 @@ from .._optional import require
 from ..data.select import (
     as_stashes,
     display_name,
-    select,
+    select_from,
     stash_label,
 )
 from ..errors import ArgumentTypeError, ArgumentValueError
@@ -227,14 +227,14 @@ def histogram_heatmap(
         ...         lm(tokens).logsumexp(-1).mean().backward(); t.step()
         >>> fig = plot.histogram_heatmap(t, "blocks.0", grad=True)
     """
-    stashes = as_stashes(tracker, "tracker")
-    if not stashes:
-        raise empty_error("histogram_heatmap", "tracker")
     if not isinstance(name, str):
         raise ArgumentTypeError(f"name must be a module name (str), got {type(name).__name__}")
-    chosen = select(stashes, names=[name], grad=grad, kind=kind)
+    chosen = select_from(tracker, "tracker", names=[name], grad=grad, kind=kind)
     chosen = [s for s in chosen if isinstance(s.first_value, (Tensor, Stats))]
     if not chosen:
+        stashes = as_stashes(tracker, "tracker")
+        if not stashes:
+            raise empty_error("histogram_heatmap", "tracker")
         raise nothing_selected(
             "histogram_heatmap",
             f"name={name!r}, grad={grad}, kind={kind!r} (holding a tensor or statistics)",
@@ -250,7 +250,9 @@ def histogram_heatmap(
             )
         stats_list: list[Stats] = [s.first_value for s in recorded]
         labels = [stash_label(s) for s in recorded]
-        series, edges_t, log2_used = recorded_series(recorded, stats_list, labels, stat, None)
+        series, edges_t, log2_used = recorded_series(
+            recorded, stats_list, labels, stat, None, "histogram_heatmap"
+        )
         edges = list(edges_t)
         counts = torch.zeros(len(steps), len(edges) - 1, dtype=torch.float64)
         for s, ser in zip(recorded, series, strict=True):
@@ -290,7 +292,10 @@ def histogram_heatmap(
     masked = require("numpy", "plot").ma.masked_equal(grid, 0.0)
     positive = counts[counts > 0]
     norm = colors.LogNorm(vmin=float(positive.min()), vmax=max(float(positive.max()), 1.0))
-    mesh = ax.pcolormesh(step_edges(steps), edges, masked, norm=norm, cmap="viridis")
+    # As pixels inside vector output (SVG, PDF): one vector cell per bin and step is large.
+    mesh = ax.pcolormesh(
+        step_edges(steps), edges, masked, norm=norm, cmap="viridis", rasterized=True
+    )
     fig.colorbar(mesh, ax=ax, label="count (log scale)")
     ax.set_xlabel("step")
     ax.set_ylabel("log2|value|" if log2_used else "value")

@@ -10,7 +10,9 @@ from ..data.select import (
     as_stashes,
     display_name,
     module_order,
+    recorded_steps,
     select,
+    select_from,
 )
 from ..errors import ArgumentValueError
 
@@ -21,7 +23,6 @@ from ..data.depth import Depth, depth_layout, leaf_names
 from ..data.embedding import Names
 from ..data.series import (
     empty_error,
-    last_step,
     log2_abs,
     mean_by,
     nothing_selected,
@@ -125,23 +126,24 @@ def scale_plot(
         >>> len(fig.axes)  # forward and gradient panels
         2
     """
-    stashes = as_stashes(tracker_or_stashes, "tracker_or_stashes")
-    if not stashes:
-        raise empty_error("scale_plot", "tracker_or_stashes")
-    chosen = select(stashes, kind=kind)
-    if not chosen:
+    source, argument = tracker_or_stashes, "tracker_or_stashes"
+    # From a tracker only the stashes of one step are built: fast on a long run.
+    steps = recorded_steps(source, argument, kind)
+    if not steps:
+        stashes = as_stashes(source, argument)
+        if not stashes:
+            raise empty_error("scale_plot", argument)
         kinds = sorted({s.kind for s in stashes})
         raise ArgumentValueError(f"scale_plot: no stash of kind={kind!r}; recorded kinds: {kinds}")
     if step is None:
-        step = last_step(chosen)
-    chosen = select(chosen, kind=None, step=step)
-    if not chosen:
-        steps = sorted({s.step for s in select(stashes, kind=kind)})
+        step = steps[-1]
+    if step not in steps:
         raise ArgumentValueError(f"scale_plot: no stash at step={step}; recorded steps: {steps}")
+    chosen = select_from(source, argument, kind=kind, step=step)
     if names is not None:
         chosen = select(chosen, kind=None, names=names)
         if not chosen:
-            raise nothing_selected("scale_plot", f"names={names!r}", stashes)
+            raise nothing_selected("scale_plot", f"names={names!r}", as_stashes(source, argument))
     fmts = format_list(formats)
     order = module_order(chosen)
     if leaves if leaves is not None else len(order) > MANY_MODULES:

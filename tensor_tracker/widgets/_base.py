@@ -20,8 +20,9 @@ from ..stats import NAMES, Stats
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 __all__ = [
-    "DPI",
     "EMPTY",
+    "PX_PER_INCH",
+    "RASTER_DPI",
     "Panel",
     "Quiet",
     "default_stat",
@@ -38,7 +39,13 @@ __all__ = [
 ]
 
 
-DPI = 90
+PX_PER_INCH = 100
+"""How wide a viewer shows its figure: as many CSS pixels per inch as a figure displayed
+directly in Jupyter (matplotlib's default dpi), so fonts match across both."""
+
+RASTER_DPI = 200
+"""Resolution of the few artists drawn as pixels inside a viewer's SVG (heatmaps, dense
+scatter plots): sharp on high-DPI screens."""
 
 
 EMPTY = (
@@ -60,11 +67,16 @@ def error_html(text: str) -> str:
 
 
 class Panel:
-    """A message line above a figure image; `show` draws a figure or shows why it can't."""
+    """A message line above a figure image; `show` draws a figure or shows why it can't.
+
+    Figures are sent as SVG: vector graphics stay sharp at any output width and on
+    high-DPI screens, where a PNG stretched to the output area looks soft (and a PNG
+    rendered for every possible width and pixel ratio is not known in advance). The image
+    is shown at the figure's own size (`PX_PER_INCH`), narrowed to fit the output area."""
 
     def __init__(self, w: Any) -> None:
         self.message = w.HTML(value="")
-        self.image = w.Image(format="png")
+        self.image = w.Image(format="svg+xml", layout={"max_width": "100%", "height": "auto"})
         self.image.layout.display = "none"
         self.figure: Figure | None = None
         self.box = w.VBox([self.message, self.image])
@@ -73,7 +85,7 @@ class Panel:
         try:
             figure = draw()
             buffer = io.BytesIO()
-            figure.savefig(buffer, format="png", dpi=DPI)
+            figure.savefig(buffer, format="svg", dpi=RASTER_DPI)
         except (ValueError, TypeError, KeyError, ImportError) as error:
             self.fail(str(error).strip("'\""))
             return
@@ -82,14 +94,20 @@ class Panel:
             return
         self.figure = figure
         self.image.value = buffer.getvalue()
+        self.image.layout.width = f"{round(figure.get_size_inches()[0] * PX_PER_INCH)}px"
         self.image.layout.display = ""
         self.message.value = ""
 
     def fail(self, text: str) -> None:
+        """Show why there is no figure, as an error."""
+        self.note(error_html(text))
+
+    def note(self, html_text: str) -> None:
+        """Show `html_text` (not an error: what the figure needs) in place of the figure."""
         self.figure = None
         self.image.value = b""
         self.image.layout.display = "none"
-        self.message.value = error_html(text)
+        self.message.value = html_text
 
 
 def make_viewer(
@@ -113,8 +131,7 @@ def make_viewer(
 def empty_viewer(w: Any, text: str) -> Any:
     """A viewer with no controls that only shows `text` (why there is nothing to show)."""
     panel = Panel(w)
-    panel.fail(text)
-    panel.message.value = text if text == EMPTY else error_html(text)
+    panel.note(text if text == EMPTY else error_html(text))
     return make_viewer(w, {}, [], panel, lambda: None)
 
 

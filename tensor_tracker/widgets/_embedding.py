@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -9,6 +10,9 @@ from torch import Tensor
 
 from .. import plot
 from ..data.select import (
+    display_name,
+    first_stashes,
+    recorded_steps,
     select,
 )
 from ..errors import ArgumentValueError
@@ -25,7 +29,6 @@ from ._base import (
     make_viewer,
     module_options,
     observe,
-    stashes_of,
 )
 
 __all__ = ["umap_viewer"]
@@ -36,8 +39,12 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
 
     Controls (keys of `viewer.controls`):
 
-    - `"layers"` (SelectMultiple): modules whose outputs have a feature dimension; default
-      `plot.default_layers` (e.g. every `blocks.N`). Pick 2 or more with the same shape.
+    - `"shape"` (Dropdown, shown when outputs come in several shapes): tokens x features
+      of the layers offered; only layers of one shape can be drawn together.
+    - `"layers"` (SelectMultiple): the modules of that shape (with a feature dimension);
+      default `plot.default_layers` (e.g. every `blocks.N`). Pick 2 or more. The list is
+      as tall as it is long (up to 16 rows), and `viewer.selection` (an HTML line under it)
+      names what is selected, so the selection is seen without scrolling.
     - `"tokens"` (IntRangeSlider): the rows (tokens after flattening) to draw, inclusive;
       default the first 64.
     - `"method"` (ToggleButtons): `"pca"` (the default here: instant) or `"umap"` (a few
@@ -50,7 +57,8 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
         token_labels: optional text per row (e.g. the decoded tokens), passed to `umap_plot`.
 
     Returns:
-        An `ipywidgets.VBox` with `controls`, `figure`, `message`, `image` and `redraw()`.
+        An `ipywidgets.VBox` with `controls`, `figure`, `message`, `image`, `selection`
+        and `redraw()`.
 
     Raises:
         TypeError: `tracker` is not a tracker or a list of stashes.
@@ -63,15 +71,17 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
         >>> v.controls["method"].value = "pca"
     """
     w = ipywidgets_module()
-    stashes = stashes_of(tracker)
+    # One stash per module for the options; umap_plot reads the chosen step's stashes.
+    stashes = first_stashes(tracker, "tracker")
     if not stashes:
         return empty_viewer(w, EMPTY)
     outputs = select(stashes, kind="output")
-    candidates: dict[str, int] = {}  # module -> rows
+    candidates: dict[str, tuple[int, int]] = {}  # module -> (tokens, features)
     for s in outputs:
         value = s.first_value
         if not s.grad and isinstance(value, Tensor) and value.dim() >= 2:
-            candidates.setdefault(s.name, value.numel() // max(value.shape[-1], 1))
+            features = value.shape[-1]
+            candidates.setdefault(s.name, (value.numel() // max(features, 1), features))
     if len(candidates) < 2:
         return empty_viewer(
             w,
@@ -79,11 +89,27 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
             f"whose outputs have a feature dimension; found {len(candidates)}.",
         )
     default = plot.default_layers(outputs) or list(candidates)[:2]
-    rows_of = candidates[default[0]]
-    steps = sorted({s.step for s in outputs})
+    # Layers of one shape can be drawn together: offer one shape at a time.
+    by_shape: dict[tuple[int, int], list[str]] = {}
+    for name, shape in candidates.items():
+        by_shape.setdefault(shape, []).append(name)
+    shape = candidates[default[0]]
+    rows_of = shape[0]
+    steps = recorded_steps(tracker, "tracker", "output")
     c: dict[str, Any] = {
+        "shape": w.Dropdown(
+            options=[
+                (f"{t} tokens x {f} features ({len(names)} layers)", (t, f))
+                for (t, f), names in by_shape.items()
+            ],
+            value=shape,
+            description="shape",
+        ),
         "layers": w.SelectMultiple(
-            options=module_options(list(candidates)), value=default, description="layers", rows=8
+            options=module_options(by_shape[shape]),
+            value=[n for n in default if candidates[n] == shape],
+            description="layers",
+            rows=min(len(by_shape[shape]), 16),
         ),
         "tokens": w.IntRangeSlider(
             value=(0, min(rows_of, plot.MAX_TOKENS) - 1),
@@ -98,6 +124,9 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
         ),
         "step": w.Dropdown(options=steps, value=steps[-1], description="step"),
     }
+    if len(by_shape) == 1:
+        c["shape"].layout.display = "none"
+    selection = w.HTML()
     panel = Panel(w)
     quiet = Quiet()
 
@@ -109,7 +138,7 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
             )
         lo, hi = c["tokens"].value
         return plot.umap_plot(
-            stashes,
+            tracker,
             layers=layers,
             grad=c["grad"].value,
             method=c["method"].value,
@@ -123,11 +152,26 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
             panel.show(draw)
             box.figure = panel.figure
 
+    def show_selection() -> None:
+        layers = [display_name(n) for n in c["layers"].value]
+        shown = ", ".join(layers if len(layers) <= 6 else [*layers[:3], "…", *layers[-2:]])
+        selection.value = f"<small>{len(layers)} selected: {html.escape(shown)}</small>"
+
+    def on_shape() -> None:
+        names = by_shape[c["shape"].value]
+        with quiet:
+            c["layers"].options = module_options(names)
+            c["layers"].rows = min(len(names), 16)
+            numbered = [n for n in default if n in names]
+            c["layers"].value = numbered if len(numbered) >= 2 else names[: min(len(names), 8)]
+        on_layers()
+
     def on_layers() -> None:
+        show_selection()
         layers = list(c["layers"].value)
         if layers:
             with quiet:
-                n = candidates[layers[0]]
+                n = candidates[layers[0]][0]
                 slider = c["tokens"]
                 lo, hi = slider.value
                 if slider.max != max(n - 1, 0):
@@ -136,10 +180,18 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
         redraw()
 
     c["layers"].observe(lambda _change: on_layers(), names="value")
+    c["shape"].observe(lambda _change: on_shape(), names="value")
     observe([c["tokens"], c["method"], c["grad"], c["step"]], redraw)
     rows = [
-        w.HBox([c["layers"], w.VBox([c["tokens"], c["method"], c["grad"], c["step"]])]),
+        w.HBox(
+            [
+                w.VBox([c["shape"], c["layers"], selection]),
+                w.VBox([c["tokens"], c["method"], c["grad"], c["step"]]),
+            ]
+        ),
     ]
     box = make_viewer(w, c, rows, panel, redraw)
+    box.selection = selection
+    show_selection()
     box.redraw()
     return box

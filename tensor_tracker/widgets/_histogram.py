@@ -9,8 +9,10 @@ from ..core.records import Stash
 from ..data.select import (
     ROOT_LABEL,
     display_name,
+    first_stashes,
     match_names,
     module_order,
+    select_from,
     stash_label,
 )
 from ..errors import ArgumentValueError
@@ -30,10 +32,12 @@ from ._base import (
     observe,
     plottable,
     set_options,
-    stashes_of,
 )
 
-__all__ = ["histogram_viewer"]
+__all__ = ["BIN_CHOICES", "histogram_viewer"]
+
+BIN_CHOICES = (8, 16, 32, 64, 128, 256)
+"""The bin counts the histogram viewer offers."""
 
 
 def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
@@ -42,13 +46,15 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
     Controls (keys of `viewer.controls`):
 
     - `"filter"` (Text): substring or regular expression of module names; the module list
-      shows the matches (`"<model>"` is the root).
+      shows the matches (`"<model>"` is the root). The chosen module is kept when the
+      filter hides it and comes back when the filter is cleared.
     - `"module"` (Dropdown): the module.
     - `"what"` (Dropdown): `output`, or an input/parameter/optimizer entry when recorded.
     - `"grad"` (ToggleButtons): forward value (`False`) or gradient (`True`).
     - `"step"`, `"call"` (Dropdowns): which step and which call of the module.
     - `"log2"` (ToggleButtons): linear values (`False`) or log2|x| (`True`).
-    - `"bins"` (IntSlider): number of bins.
+    - `"bins"` (ToggleButtons): number of bins, one of `BIN_CHOICES` (8 to 256, doubling:
+      each choice a click, where a slider over 1..256 jumps dozens of bins per pixel).
 
     Stashes recorded with `stats=[..., tensor_tracker.stats.histogram()]` show their recorded
     bins (`log2` and `bins` are then fixed by the recording).
@@ -73,7 +79,9 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
         'log2|value|'
     """
     w = ipywidgets_module()
-    stashes = stashes_of(tracker)
+    # One stash per module and direction for the options; a module's stashes are read
+    # when it is chosen, so a long run's viewer opens in a moment.
+    stashes = first_stashes(tracker, "tracker")
     if not stashes:
         return empty_viewer(w, EMPTY)
     usable = plottable(stashes)
@@ -98,17 +106,25 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
         "step": w.Dropdown(description="step"),
         "call": w.Dropdown(description="call"),
         "log2": w.ToggleButtons(options=[("linear", False), ("log2", True)], value=False),
-        "bins": w.IntSlider(value=64, min=1, max=256, description="bins", continuous_update=False),
+        "bins": w.ToggleButtons(options=BIN_CHOICES, value=64, description="bins"),
     }
     for key in ("grad", "log2"):
         c[key].style.button_width = "80px"
+    c["bins"].style.button_width = "44px"
     panel = Panel(w)
+    of_module: dict[str, list[Stash]] = {}
+    # The module the user chose last: a filter that hides it (or matches nothing) does not
+    # forget it, so clearing the filter brings it back.
+    chosen_module: list[str] = [names[0]]
 
     def candidates() -> list[Stash]:
         name = c["module"].value
         if name is None:
             return []
-        return [s for s in usable if s.name == name]
+        if name not in of_module:
+            found = select_from(tracker, "tracker", names=[name], kind=None)
+            of_module[name] = plottable(found)
+        return of_module[name]
 
     def refresh_choices() -> None:
         """Update the dependent dropdowns from the module down."""
@@ -134,7 +150,9 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
             pattern = c["filter"].value
             matching = match_names(names, pattern)
             exact = "" if pattern == ROOT_LABEL else pattern
-            keep = exact if pattern and exact in matching else c["module"].value
+            if pattern and exact in matching:
+                chosen_module[0] = exact
+            keep = chosen_module[0]
             set_options(c["module"], module_options(matching), keep)
             if not matching:
                 c["module"].value = None
@@ -184,6 +202,8 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
 
     def on_choice() -> None:
         if not quiet.active:
+            if c["module"].value is not None:
+                chosen_module[0] = c["module"].value
             refresh_choices()
             redraw()
 

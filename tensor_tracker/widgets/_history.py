@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torch import Tensor
+
 from .. import plot
 from .._optional import require
 from ..data.depth import depth_layout, leaf_names
 from ..data.history import statistics_frame
 from ..data.select import (
+    first_stashes,
     match_names,
     module_order,
     select,
 )
 from ..errors import ArgumentValueError
+from ..plot._figure import fixed_margins
+from ..stats import Stats
 
 if TYPE_CHECKING:
     import ipywidgets
@@ -29,11 +34,16 @@ from ._base import (
     make_viewer,
     module_options,
     observe,
-    stashes_of,
     stat_options,
 )
 
 __all__ = ["history_viewer"]
+
+NO_HISTOGRAMS = (
+    "The histogram heatmap below the history needs histograms over steps: track with "
+    "<code>stats=[..., tensor_tracker.stats.histogram()]</code>, or without "
+    "<code>stats=</code> to keep full tensors."
+)
 
 
 def history_viewer(tracker: Any) -> ipywidgets.VBox:
@@ -54,7 +64,8 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     - `"grad"` (ToggleButtons): forward values (`False`) or gradients (`True`); applies to
       both figures.
     - `"heatmap_module"` (Dropdown): the module of the heatmap. Its histograms come from
-      `stats=[..., tensor_tracker.stats.histogram()]` or are binned from full tensors.
+      `stats=[..., tensor_tracker.stats.histogram()]` or are binned from full tensors;
+      without either, it is hidden and a note says so in place of the heatmap.
 
     Args:
         tracker: a `Tracker` (use `tracker.step()` between training steps) or a list of
@@ -77,7 +88,9 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         >>> v.controls["heatmap_module"].value = "blocks.0"
     """
     w = ipywidgets_module()
-    stashes = stashes_of(tracker)
+    # One stash per module and direction: the options, without building every Stash of a
+    # run of hundreds of thousands of records.
+    stashes = first_stashes(tracker, "tracker")
     if not stashes:
         viewer = empty_viewer(w, EMPTY)
         viewer.heatmap_figure = None
@@ -108,6 +121,15 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     if len(names) == 1:
         for key in ("modules", "search", "heatmap_module"):
             c[key].layout.display = "none"
+    # Statistics without a histogram cannot make a heatmap: say what it needs, once, in
+    # place of a picker that would only lead to an error.
+    binnable = any(
+        isinstance(s.first_value, Tensor)
+        or (isinstance(s.first_value, Stats) and s.first_value.layout.histograms)
+        for s in stashes
+    )
+    if not binnable:
+        c["heatmap_module"].layout.display = "none"
     if not depth.grouped:
         c["role"].layout.display = "none"
     panel = Panel(w)
@@ -130,12 +152,15 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
             rows = {str(name): positions for name, positions in groups.items()}
             source.append((frame, rows))
         frame, index = source[0]
-        if frame is None or stat not in frame.columns:
-            return plot.history(stashes, stat=stat, names=modules, grad=c["grad"].value)
-        numpy = require("numpy", "widgets")
-        taken = [index[m] for m in modules if m in index]
-        chosen = frame.iloc[numpy.sort(numpy.concatenate(taken))] if taken else frame.iloc[:0]
-        return plot.history(chosen, stat=stat, names=modules, grad=c["grad"].value)
+        if frame is not None and stat in frame.columns:
+            numpy = require("numpy", "widgets")
+            taken = [index[m] for m in modules if m in index]
+            rows = numpy.sort(numpy.concatenate(taken)) if taken else []
+            chosen = frame.iloc[rows]
+        else:
+            chosen = tracker
+        with fixed_margins():
+            return plot.history(chosen, stat=stat, names=modules, grad=c["grad"].value)
 
     def search() -> None:
         shown = match_names(names, c["search"].value)
@@ -152,14 +177,17 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
             c["modules"].value = tuple(chosen)
 
     def draw_heatmap() -> Figure:
-        return plot.histogram_heatmap(stashes, c["heatmap_module"].value, grad=c["grad"].value)
+        return plot.histogram_heatmap(tracker, c["heatmap_module"].value, grad=c["grad"].value)
 
     def redraw_history() -> None:
         panel.show(draw_history)
         box.figure = panel.figure
 
     def redraw_heatmap() -> None:
-        heat.show(draw_heatmap)
+        if binnable:
+            heat.show(draw_heatmap)
+        else:
+            heat.note(NO_HISTOGRAMS)
         box.heatmap_figure = heat.figure
 
     def redraw() -> None:

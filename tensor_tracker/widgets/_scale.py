@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import plot
+from ..data.select import first_stashes, recorded_steps
 
 if TYPE_CHECKING:
     import ipywidgets
@@ -18,7 +19,6 @@ from ._base import (
     make_viewer,
     observe,
     set_options,
-    stashes_of,
     stat_options,
 )
 
@@ -53,7 +53,9 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
         'log2(abs_max)'
     """
     w = ipywidgets_module()
-    stashes = stashes_of(tracker)
+    # The options from one stash per module and direction; each figure reads one step:
+    # a long run's viewer opens and redraws in a moment.
+    stashes = first_stashes(tracker, "tracker")
     if not stashes:
         return empty_viewer(w, EMPTY)
     options = stat_options(stashes)
@@ -61,7 +63,7 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
         return empty_viewer(w, "No stash holds a tensor or statistics to take the scale of.")
     kinds = list(dict.fromkeys(s.kind for s in stashes))
     kind = "output" if "output" in kinds else kinds[0]
-    steps = sorted({s.step for s in stashes if s.kind == kind})
+    steps = recorded_steps(tracker, "tracker", kind)
     c: dict[str, Any] = {
         "stat": w.Dropdown(options=options, value=default_stat(options), description="statistic"),
         "kind": w.Dropdown(options=kinds, value=kind, description="kind"),
@@ -74,14 +76,14 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
         if not quiet.active:
             panel.show(
                 lambda: plot.scale_plot(
-                    stashes, stat=c["stat"].value, kind=c["kind"].value, step=c["step"].value
+                    tracker, stat=c["stat"].value, kind=c["kind"].value, step=c["step"].value
                 )
             )
             box.figure = panel.figure
 
     def on_kind() -> None:
         with quiet:
-            kind_steps = sorted({s.step for s in stashes if s.kind == c["kind"].value})
+            kind_steps = recorded_steps(tracker, "tracker", c["kind"].value)
             set_options(c["step"], kind_steps, c["step"].value, kind_steps[-1])
         redraw()
 

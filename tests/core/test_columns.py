@@ -197,3 +197,31 @@ def test_a_full_store_falls_back_to_objects(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(t.stashes.store) == 2 and len(t.stashes.objects) == len(t) - 2
     assert t[0].value.to_dict() == pytest.approx(compute(model[0](x), ["max"]).to_dict())
     assert t.to_frame()["max"].notna().all()
+
+
+def test_where_and_first_of_sites_build_only_the_rows_asked_for() -> None:
+    cols = _columns()
+    by_hand = Stash("c", nn.Linear, True, torch.ones(1), 0, 9)
+    cols.append(by_hand)
+    assert [(s.name, s.step) for s in cols.where(lambda site: site.name == "a")] == [
+        ("a", 3),
+        ("a", 7),
+        ("c", 9),  # a whole Stash: the caller checks it
+    ]
+    assert [s.name for s in cols.where(lambda site: True, grad=True)] == ["b", "c"]
+    assert [s.name for s in cols.where(lambda site: site.kind == "param", grad=False)] == ["c"]
+    assert cols.where(lambda site: True)[1] is cols[1]  # the same Stash object as indexing
+    firsts = cols.first_of_sites()
+    assert [(s.name, s.step) for s in firsts] == [("a", 3), ("b", 3), ("c", 9)]
+    assert firsts[2] is by_hand
+    assert Columns().where(lambda site: True, step=0) == [] and Columns().first_of_sites() == []
+
+
+def test_where_a_step_and_the_steps_of_sites() -> None:
+    cols = _columns()
+    cols.append(Stash("c", nn.Linear, True, torch.ones(1), 0, 9))
+    assert [(s.name, s.step) for s in cols.where(lambda site: True, step=3)] == [("a", 3), ("b", 3)]
+    assert cols.where(lambda site: True, step=4) == []
+    assert cols.steps_where(lambda site: site.name == "a") == [3, 7, 9]  # 9: a whole Stash
+    assert cols.steps_where(lambda site: site.kind == "param") == [3, 9]
+    assert Columns().steps_where(lambda site: True) == []

@@ -98,8 +98,10 @@ def check_readable(fig: Figure) -> None:
             assert len(legend.get_texts()) <= 12
     for legend in fig.legends:
         assert len(legend.get_texts()) <= 12
-        box = legend.get_window_extent(renderer)
-        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, "the legend runs past the figure"
+    drawn = fig.get_tightbbox(renderer)  # inches, of everything drawn
+    slack = 1 / fig.dpi
+    assert drawn.x0 >= -slack and drawn.y0 >= -slack, ("cut off left/below", drawn)
+    assert drawn.x1 <= width + slack and drawn.y1 <= height + slack, ("cut off", drawn)
 
 
 Figures = dict[str, Callable[[], Figure]]

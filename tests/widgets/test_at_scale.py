@@ -1,4 +1,5 @@
-"""Viewers on a real-size model: picking a role across BERT's 12 blocks, searching modules."""
+"""Viewers on real-size models and long runs: picking a role across BERT's 12 blocks,
+searching modules, figures sent as SVG at their own size with nothing cut off."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ pytest.importorskip("transformers")
 
 import tensor_tracker
 from examples.zoo import bert
-from tensor_tracker import Tracker, widgets
+from tensor_tracker import Tracker, stats, widgets
+from tests.plot.test_at_scale import check_readable
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +70,49 @@ def test_history_viewer_hides_what_there_is_nothing_to_choose() -> None:
     assert v.figure is not None
     for key in ("modules", "search", "role", "heatmap_module"):
         assert v.controls[key].layout.display == "none", key
+
+
+@pytest.fixture(scope="module")
+def long_run() -> Tracker:
+    """14 blocks (29 modules) over 420 steps: more than a legend's worth of modules, and
+    more steps than a line draws points."""
+    model = torch.nn.Sequential(
+        *[torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()) for _ in range(14)]
+    )
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    with tensor_tracker.track(model, stats=["rms", stats.histogram()]) as t:
+        for _ in range(420):
+            model(x).sum().backward()
+            t.step()
+    return t
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("blocks", [range(0, 14, 2), range(14)])
+def test_history_viewer_sends_svg_at_the_figure_size_with_nothing_cut_off(
+    long_run: Tracker, blocks: range
+) -> None:
+    v = widgets.history_viewer(long_run)
+    v.controls["modules"].value = tuple(f"{i}.0" for i in blocks)
+    assert v.figure is not None, v.message.value
+    assert v.image.format == "svg+xml" and b"<svg" in bytes(v.image.value)[:1000]
+    width = v.figure.get_size_inches()[0]
+    assert v.image.layout.width == f"{round(width * 100)}px"
+    assert v.image.layout.max_width == "100%"
+    # Fixed margins (no constrained layout, for speed) must still hold every label.
+    check_readable(v.figure)
+    lines = [line for line in v.figure.axes[0].get_lines() if line.get_label() in blocks_of(blocks)]
+    assert len(lines) == len(blocks)
+    assert all(len(line.get_xdata()) <= 400 for line in lines)  # drawn as bucket means
+
+
+def blocks_of(blocks: range) -> set[str]:
+    return {f"{i}.0" for i in blocks}
+
+
+def test_history_viewer_heatmap_is_pixels_inside_the_svg(long_run: Tracker) -> None:
+    v = widgets.history_viewer(long_run)
+    v.controls["heatmap_module"].value = "3.0"
+    assert v.heatmap_figure is not None, v.heatmap_message.value
+    # One vector cell per bin and step would be megabytes: the mesh is an embedded image.
+    assert b"<image" in bytes(v.heatmap_image.value) and len(v.heatmap_image.value) < 300_000

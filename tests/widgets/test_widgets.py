@@ -83,10 +83,23 @@ def test_histogram_viewer_log2_toggle_changes_axis(full: Tracker) -> None:
     assert v.figure.axes[0].get_xlabel() == "log2|value|"
 
 
-def test_histogram_viewer_bins_slider(full: Tracker) -> None:
+def test_histogram_viewer_bins_choices(full: Tracker) -> None:
     v = widgets.histogram_viewer(full)
-    v.controls["bins"].value = 7
-    assert len(v.figure.axes[0].patches[0].get_data().values) == 7
+    assert list(v.controls["bins"].options) == [8, 16, 32, 64, 128, 256]
+    v.controls["bins"].value = 16
+    assert len(v.figure.axes[0].patches[0].get_data().values) == 16
+
+
+def test_histogram_viewer_keeps_the_chosen_module_across_filters(full: Tracker) -> None:
+    v = widgets.histogram_viewer(full)
+    v.controls["filter"].value = "blocks.1"
+    v.controls["module"].value = "blocks.1.attn.out"
+    v.controls["filter"].value = "no such module"
+    assert v.controls["module"].value is None and v.figure is None
+    v.controls["filter"].value = "mlp.up"  # hides the chosen module
+    v.controls["filter"].value = ""
+    assert v.controls["module"].value == "blocks.1.attn.out"
+    assert title(v).startswith("blocks.1.attn.out")
 
 
 def test_histogram_viewer_step_selector(full_steps: Tracker) -> None:
@@ -214,10 +227,20 @@ def test_umap_viewer_one_layer_shows_message(full: Tracker) -> None:
     assert shows_message(v, "at least 2 layers")
 
 
-def test_umap_viewer_different_feature_sizes_show_message(full: Tracker) -> None:
+def test_umap_viewer_offers_only_layers_of_one_shape(full: Tracker) -> None:
     v = widgets.umap_viewer(full)
-    v.controls["layers"].value = ("blocks.0", "blocks.0.mlp.up")
-    assert shows_message(v, "feature sizes differ")
+    offered = [name for _, name in v.controls["layers"].options]
+    assert "blocks.0" in offered and "blocks.0.mlp.up" not in offered
+    assert v.controls["layers"].rows == min(len(offered), 16)
+    assert "2 selected: blocks.0, blocks.1" in v.selection.value
+    shapes = [shape for _, shape in v.controls["shape"].options]
+    assert v.controls["shape"].layout.display != "none" and len(shapes) >= 2
+    wide = next(shape for shape in shapes if shape[1] == 64)  # the MLP's hidden size
+    v.controls["shape"].value = wide
+    offered = [name for _, name in v.controls["layers"].options]
+    assert "blocks.0.mlp.up" in offered and "blocks.0" not in offered
+    assert v.figure is not None, v.message.value
+    assert f"{len(v.controls['layers'].value)} layers" in title(v)
 
 
 def test_umap_viewer_needs_full_tensors(with_stats_steps: Tracker) -> None:
@@ -256,7 +279,10 @@ def test_history_viewer_without_histograms_explains_heatmap(with_stats_steps: Tr
     v = widgets.history_viewer(with_stats_steps)
     assert v.figure is not None
     assert v.heatmap_figure is None
-    assert "stats.histogram()" in v.heatmap_message.value
+    note = v.heatmap_message.value
+    assert "heatmap" in note and "stats.histogram()" in note
+    assert "b00020" not in note  # said up front, not as an error
+    assert v.controls["heatmap_module"].layout.display == "none"
 
 
 def test_history_viewer_no_module_selected_shows_message(hist_steps: Tracker) -> None:
