@@ -656,7 +656,9 @@ def figures_at_scale(steps: int) -> None:
 
     blocks = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(66)])
     x = torch.randn(4, 8)
-    with tensor_tracker.track(blocks, stats=["rms", "abs_max"]) as t:
+    with tensor_tracker.track(
+        blocks, stats=["rms", "abs_max", tensor_tracker.stats.histogram()]
+    ) as t:
         for _ in range(steps):
             blocks(x).sum().backward()
             t.step()
