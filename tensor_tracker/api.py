@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -13,22 +14,24 @@ import torch
 from torch import Tensor, nn
 
 from ._optional import require
-from ._validate import check_bool, check_choices, check_type
+from ._validate import check_bool, check_choices, check_int, check_type
+from .core.dist import gather_objects
 from .core.records import StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
 from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
+from .data.ranks import combined_frame, merge, part_of
 from .data.recording import RecordingWriter, _spec_of, read_recording
 from .data.summary import Summary, recorded_summary
-from .errors import ArgumentValueError, NonFiniteError
+from .errors import ArgumentValueError, NonFiniteError, TrackerStateError
 from .stats import StatsFn, parse
 from .stats.store import StatsStore
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["Tracker", "load", "track"]
+__all__ = ["Tracker", "load", "rank_parts", "track"]
 
 
 class Tracker(Recorder):
@@ -71,7 +74,96 @@ class Tracker(Recorder):
         self._sync()
         stats_fn = getattr(self._stash_fn, "stash_value", None)
         names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
-        return to_frame(self.stashes, stat, stat_name, names)
+        frame = to_frame(self.stashes, stat, stat_name, names)
+        ranks = self._ranks()
+        if ranks is not None:
+            frame.insert(list(frame.columns).index("training") + 1, "rank", ranks)
+        return frame
+
+    row_ranks: Any = None
+    """The rank of each record (an `array`) of a tracker holding several ranks' records
+    (`gather`, `load` of a run directory); `None` otherwise."""
+
+    def _ranks(self) -> Any:
+        """The rank of each row, or `None` outside `torch.distributed`."""
+        if self.row_ranks is not None and len(self.row_ranks) == len(self.stashes):
+            return list(self.row_ranks)
+        if self.rank is not None:
+            return [self.rank] * len(self.stashes)
+        return None
+
+    def gather(self, dst: int = 0, group: Any = None) -> Tracker | None:
+        """Collect every rank's records on rank `dst`, with one `gather_object` over the
+        process group: call it on every rank at the same point (e.g. after the training
+        loop, or every N steps), outside any hook. Ranks may have recorded different
+        numbers of records. On `dst`, returns a new `Tracker` holding all of them in rank
+        order (no hooks; `to_frame()` has a `rank` column, `combined()` merges the ranks'
+        statistics); on the other ranks, `None`. This tracker is left as it is.
+
+        Statistics travel as their raw vectors (a few floats each); full copies are
+        pickled. Under NCCL, set each rank's CUDA device first
+        (`torch.cuda.set_device(local_rank)`), as `torch.distributed` requires.
+
+        Args:
+            dst: the rank that receives the records.
+            group: the process group (default: the default group).
+
+        Raises:
+            TrackerStateError: `torch.distributed` is not initialised.
+
+        Example:
+            >>> everything = t.gather()        # doctest: +SKIP
+            >>> if everything is not None:     # doctest: +SKIP
+            ...     everything.to_frame().groupby("rank").size()
+        """
+        check_int(dst, "gather(dst=...)")
+        self._read_rank()
+        if self.rank is None or self.world_size is None:
+            raise TrackerStateError(
+                "gather(): torch.distributed is not initialised in this process; there is "
+                "nothing to gather from (call torch.distributed.init_process_group first)"
+            )
+        self._sync()
+        part = part_of(self.stashes, self.rank, self.world_size, self.logged)
+        parts = gather_objects(part, dst, group)
+        if parts is None:
+            return None
+        merged = Tracker(self._stash_fn)
+        merged.row_ranks = merge(parts, merged.stashes)
+        merged.logged = [e for p in parts for e in p.log]
+        merged.rank, merged.world_size = self.rank, self.world_size
+        return merged
+
+    def combined(self) -> pandas.DataFrame:
+        """The statistics of each logical tensor over all ranks, as if one process had
+        recorded the concatenation of the ranks' tensors: one row per step, module part,
+        direction and call (columns `name`, `type`, `grad`, `call`, `step`, `kind`, `attr`,
+        `training`, `ranks`: how many rows were combined, then the statistics). For a
+        tracker from `gather` or from `load` of a multi-rank run; with one rank it is
+        `to_frame()` with `ranks` 1.
+
+        Counts, sums, means, spreads, extremes, non-finite counts, format fractions and
+        histograms combine exactly; custom statistics cannot (NaN); see
+        `tensor_tracker.stats.combine`. It suits tensors split across ranks: a
+        data-parallel batch's activations and their gradients, FSDP's parameter shards.
+        Replicated tensors (DDP's parameters) are copies on each rank: read one rank's rows
+        of `to_frame()` instead (their counts and sums would be multiplied here).
+
+        Raises:
+            ValueError: the records hold copies, not statistics.
+
+        Example:
+            >>> with track(model, stats=True) as one:
+            ...     _ = model(x)
+            >>> one.combined()[["name", "ranks", "numel"]].values.tolist()[0]
+            ['0', 1, 64.0]
+        """
+        self._sync()
+        stats_fn = getattr(self._stash_fn, "stash_value", None)
+        names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
+        ranks = self._ranks() or [0] * len(self.stashes)
+        frame: pandas.DataFrame = combined_frame(self.stashes, ranks, names)
+        return frame
 
     def summary(self, step: int | None = None) -> Summary:
         """A per-module-call `Summary` of one recorded step, from what was recorded (no
@@ -155,8 +247,13 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     and dicts come back as what they hold: dataclasses, `ModelOutput`s and Hugging Face
     caches as dicts, other pytree nodes as lists, namedtuples as tuples.
 
+    A run directory that several ranks streamed to (`track(..., stream_to=path)` under
+    `torch.distributed` writes one recording per rank, `path/rank-N`) is read whole: the
+    records of every rank, in rank order, with a `rank` column in `to_frame()` and
+    `combined()` for the statistics over all ranks.
+
     Args:
-        path: the recording's directory.
+        path: the recording's directory (or a run directory of `rank-N` recordings).
         recover: when a file was truncated (the writing process was killed mid-step),
             read what is complete and warn, instead of raising.
 
@@ -168,11 +265,34 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
         >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
         >>> t.to_frame()                             # doctest: +SKIP
     """
+    parts = rank_parts(path)
+    if parts:
+        recordings = [(rank, read_recording(part, recover=recover)) for rank, part in parts]
+        stats = recordings[0][1].stats
+        tracker = Tracker(get_stash_fn(stats) if stats is not None else None)
+        tracker.row_ranks = merge([(r, rec.columns) for r, rec in recordings], tracker.stashes)
+        tracker.logged = [e for _, rec in recordings for e in rec.log]
+        tracker.world_size = len(parts)
+        return tracker
     recording = read_recording(path, recover=recover)
     tracker = Tracker(get_stash_fn(recording.stats) if recording.stats is not None else None)
     tracker.stashes = recording.columns
     tracker.logged = recording.log
     return tracker
+
+
+_RANK_PART = re.compile(r"^rank-(\d+)$")
+
+
+def rank_parts(path: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """The `rank-N` recordings in the run directory `path` (what `track(...,
+    stream_to=path)` writes under `torch.distributed`), by rank; empty when `path` is a
+    recording itself or holds none."""
+    root = Path(path)
+    if (root / "recording.json").exists() or not root.is_dir():
+        return []
+    found = [(_RANK_PART.match(p.name), p) for p in root.iterdir() if p.is_dir()]
+    return sorted((int(m.group(1)), p) for m, p in found if m is not None)
 
 
 def track(
@@ -331,7 +451,9 @@ def track(
             dropped from memory, so memory stays flat over any number of steps, and
             `tensor_tracker.load(path)` reads the run, also from another process while
             it goes on. A process killed mid-write loses at most the step being written.
-            The tracker itself then holds only the current step.
+            The tracker itself then holds only the current step. Under
+            `torch.distributed` (initialised before `track` is called), each rank writes
+            its own recording, `stream_to/rank-N`, and `load(stream_to)` reads them all.
 
     Returns:
         A `Tracker`: a sequence of `Stash` with `to_frame()`, `step()`, `nbytes`.
@@ -388,6 +510,8 @@ def track(
 def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
     """Set up `track(..., stream_to=path)` (before any hook is attached)."""
     check_type(path, (str, os.PathLike), "stream_to=", "a directory path")
+    if tracker.rank is not None:  # each rank writes its own part of the run directory
+        path = Path(path) / f"rank-{tracker.rank}"
     writer = RecordingWriter(path, _spec_of(tracker.stashes))
 
     def flush(block_ended: bool) -> None:

@@ -40,6 +40,7 @@ from ..errors import (
     TrackerStateError,
 )
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns
+from .dist import local_value, rank_info
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
 from .memo import RecentTensors
 from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
@@ -173,6 +174,23 @@ def _is_compiled(module: nn.Module) -> bool:
     return type(module).__name__ == "OptimizedModule" and isinstance(
         getattr(module, "_orig_mod", None), nn.Module
     )
+
+
+def _is_ddp(module: nn.Module) -> bool:
+    return type(module).__name__ == "DistributedDataParallel" and isinstance(
+        getattr(module, "module", None), nn.Module
+    )
+
+
+def _unwrapped_name(name: str, wrappers: list[str]) -> str:
+    """`name` without the `module.` that the DDP wrappers named in `wrappers` add."""
+    for wrapper in wrappers:
+        inner = f"{wrapper}.module" if wrapper else "module"
+        if name == inner:
+            return wrapper
+        if name.startswith(inner + "."):
+            return (f"{wrapper}." if wrapper else "") + name[len(inner) + 1 :]
+    return name
 
 
 class _Guarded:
@@ -366,6 +384,13 @@ class Recorder:
         self._flush: Callable[[bool], None] | None = None
         self.stream_path: Any = None
         """The directory `track(..., stream_to=...)` writes to (None otherwise)."""
+        self.rank: int | None = None
+        """This process's rank under `torch.distributed` (`None` without it): read when the
+        tracker is made and when a `with` block starts, never in a hook; `to_frame()` then
+        has a `rank` column."""
+        self.world_size: int | None = None
+        """The number of ranks under `torch.distributed` (`None` without it)."""
+        self._read_rank()
         self._recorded = False  # whether a hook recorded anything in the current block
         self._depth = 0  # nested `with tracker:` blocks; the outermost one detaches
         self._handles: list[RemovableHandle] = []
@@ -378,6 +403,11 @@ class Recorder:
         # See `_watch_nonfinite`.
         self._nonfinite: tuple[Callable[[], bool], Callable[[], None]] | None = None
         self._watched_task = -1
+
+    def _read_rank(self) -> None:
+        info = rank_info()
+        if info is not None:
+            self.rank, self.world_size = info
 
     # -- registration ------------------------------------------------------------------
 
@@ -426,6 +456,7 @@ class Recorder:
         check_bool(grad, "grad=")
         include_re = compile_pattern(include, "include")
         exclude_re = compile_pattern(exclude, "exclude")
+        wrappers: list[str] = []
         for name, child in module.named_modules():
             compiled = compiled_callable(child)
             if compiled is not None:
@@ -434,6 +465,11 @@ class Recorder:
                 continue  # its _orig_mod is registered instead, under the same name
             # torch.compile wraps modules; they keep the names they have uncompiled.
             name = _COMPILED_PREFIX.sub("", name.replace("._orig_mod", ""))
+            # So does DistributedDataParallel (its `.module` is registered under its name).
+            name = _unwrapped_name(name, wrappers)
+            if _is_ddp(child):
+                wrappers.append(name)
+                continue
             if include_re is not None and not include_re.search(name):
                 continue
             if exclude_re is not None and exclude_re.search(name):
@@ -724,7 +760,8 @@ class Recorder:
             if self._params and reg.param_step != self._step_count:
                 reg.param_step = self._step_count
                 for attr, param in reg.params:
-                    self._record(self._site(reg, "param", attr), 0, step, flags, param)
+                    site = self._site(reg, "param", attr)
+                    self._record(site, 0, step, flags, local_value(param))
 
         return hook
 
@@ -745,7 +782,8 @@ class Recorder:
             if self._train_only and not training:
                 return
             flags = GRAD | TUPLE | (TRAINING if training else 0)
-            self._record(site, 0, self._step, flags, param.grad)
+            grad = param.grad
+            self._record(site, 0, self._step, flags, None if grad is None else local_value(grad))
 
         return hook
 
@@ -759,7 +797,8 @@ class Recorder:
                     # Skip scalars such as Adam's "step"; keep per-element state.
                     if isinstance(value, Tensor) and value.shape == param.shape:
                         site = self._site(reg, "optimizer", f"{attr}.{key}")
-                        self._record(site, 0, self._step, TRAINING if training else 0, value)
+                        flags = TRAINING if training else 0
+                        self._record(site, 0, self._step, flags, local_value(value))
 
     def _hook_grads(
         self, reg: _Registration, site: int, call: int, step: int, flags: int, value: Any
@@ -975,6 +1014,7 @@ class Recorder:
                 "Register them again first (tracker.register_all(model)), or start a new "
                 "tracker with tensor_tracker.track(model)."
             )
+        self._read_rank()  # the process group may have started after the tracker was made
         self._recorded = False
         self._depth = 1
         return self
