@@ -348,6 +348,13 @@ class Recorder:
                 "with stats= every step's statistics are kept anyway: drop one of them"
             )
         self._keep_steps = keep_steps
+        # Statistics that a compiled model computes inside its graph (see _graph_hook).
+        self._graph_fn: Any = (
+            stash_value
+            if self.stashes.store is not None and getattr(stash_value, "traceable", False)
+            else None
+        )
+        self._pending: list[tuple[_Registration, int, int, Tensor, int]] = []
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
         self._pending_copies = False
         self._outputs = "outputs" in capture_set
@@ -528,6 +535,7 @@ class Recorder:
 
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
+        self._pending.clear()
         self.stashes.clear()
         self._nbytes = 0
         self._counted.clear()
@@ -557,6 +565,7 @@ class Recorder:
             check_int(n, "step(n): n")
         check_type(kind, str, "step(kind=...)", "a str naming the kind of the next step")
         check_bool(keep, "step(keep=...)")
+        self._drain()
         self._check_nonfinite()  # forward-only loops have no end of backward
         if not keep:
             self._drop_step()
@@ -644,7 +653,12 @@ class Recorder:
         # per call, so only where Dynamo may run (torch.compile imports it; so does
         # transformers).
         untraced = bool(self._compiled) or "torch._dynamo" in sys.modules
-        if self._outputs:
+        # Hooking an output's gradient breaks the graph however it is done (Dynamo breaks
+        # at a tensor hook on an intermediate): then one break, at the disabled hook.
+        if self._outputs and self._compiled and self._graph_fn is not None and not reg.grad:
+            hook = self._graph_hook(reg)
+            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        elif self._outputs:
             hook = self._forward_hook(reg)
             if untraced:
                 hook = torch.compiler.disable(hook)  # type: ignore[no-untyped-call]
@@ -733,6 +747,57 @@ class Recorder:
                 self._hook_grads(reg, site, call, step, flags, output)
 
         return hook
+
+    def _graph_hook(self, reg: _Registration) -> Callable[..., None]:
+        """The forward hook of a compiled model's module with `stats=`: TorchDynamo traces
+        it into the model's graph (the statistics become a few more graph outputs), with
+        no graph break and nothing it would guard on that changes between calls (no
+        counter, no step: `_drain` numbers the calls later, outside the graph). What it
+        cannot trace (a non-tensor or empty output) runs eagerly, behind a graph break.
+        Only for modules whose gradients are not recorded (see `_attach`)."""
+        site = self._site(reg, "output", "")
+        fn = self._graph_fn
+        pending = self._pending
+        eager_hook = self._forward_hook(reg)
+
+        def eager(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+            self._drain()  # the calls before this one first
+            eager_hook(module, args, kwargs, output)
+
+        eager = torch.compiler.disable(eager)  # type: ignore[no-untyped-call]
+
+        def hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+        ) -> None:
+            training = module.training
+            if self._train_only and not training:
+                return
+            if not isinstance(output, Tensor) or output.numel() == 0:
+                eager(module, args, kwargs, output)
+                return
+            flags = TRAINING if training else 0
+            pending.append((reg, site, flags, fn.graph_raw(output), output.numel()))
+
+        return hook
+
+    def _drain(self) -> None:
+        """Record what compiled graphs computed (`_graph_hook`), numbering the calls."""
+        pending = self._pending
+        if not pending:
+            return
+        self._recorded = True
+        store = self.stashes.store
+        assert store is not None
+        put_raw = getattr(store, "put_raw")  # noqa: B009 (a StatsStore's, not ValueStore's)
+        for reg, site, flags, raw, numel in pending:
+            call = reg.calls
+            reg.calls = call + 1
+            before = store.nbytes
+            ref = put_raw(raw, numel)
+            if self._max_bytes is not None:
+                self._count(site, flags, store.nbytes - before)
+            self.stashes.add(site, call, self._step, flags, ref)
+        pending.clear()
 
     def _pre_hook(self, reg: _Registration) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -867,6 +932,8 @@ class Recorder:
         """Keep `value` as record (`site`, `call`, `step`, `flags`); with `TUPLE` in `flags`,
         `value` is the one gradient of a 1-tuple."""
         self._recorded = True  # see __exit__
+        if self._pending:
+            self._drain()
         if self._nonfinite is not None and flags & GRAD:
             task = graph_task_id()
             if task != self._watched_task:
@@ -958,6 +1025,7 @@ class Recorder:
     # -- reading ---------------------------------------------------------------------
 
     def _sync(self) -> None:
+        self._drain()
         if self._pending_copies:
             torch.cuda.synchronize()
             self._pending_copies = False
@@ -970,6 +1038,7 @@ class Recorder:
         return self._held(set())
 
     def __len__(self) -> int:
+        self._drain()
         return len(self.stashes)
 
     @overload
@@ -1023,6 +1092,7 @@ class Recorder:
         self._depth = max(self._depth - 1, 0)
         if self._depth:
             return
+        self._drain()
         resume = (self._registrations, self._compiled)
         # Not len(self.stashes): clear() and keep_steps= drop records made in the block.
         silent = self._attached and not self._recorded
