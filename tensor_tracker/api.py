@@ -365,9 +365,26 @@ def track(
         notice hooks added after it compiled a model, so tracking drops the code it
         compiled for this model: the next call recompiles with the hooks (and the first call
         after the block recompiles without them; with `every=N`, this happens around each
-        recorded step). The hooks run outside the compiled graphs. A model called inside
-        some other compiled function cannot be found this way; a `with` block that records
-        nothing then warns: call `torch.compiler.reset()` before tracking.
+        recorded step). With `stats=` (the built-in statistics, without histograms, format
+        fractions or custom ones) and `grad=False`, the statistics of module outputs are
+        computed inside the compiled graph: no graph break, no recompilation from step to
+        step. Otherwise the hooks run outside the compiled graphs, one graph break per
+        tracked module (recording a gradient hooks a tensor inside the graph, where
+        TorchDynamo always breaks); the records are the same as in eager mode. A model
+        called inside some other compiled function cannot be found this way; a `with` block
+        that records nothing then warns: call `torch.compiler.reset()` before tracking.
+
+    Distributed training:
+        Under `torch.distributed` each rank records its own tensors (hooks never
+        communicate), `t.rank`/`t.world_size` say where, and `to_frame()` has a `rank`
+        column. Track the DDP-wrapped model (names are those of the model inside) or an
+        FSDP2 model (`fully_shard`): sharded parameters and their gradients are recorded as
+        each rank's shard under the parameter's own name. `t.gather()` brings every rank's
+        records to rank 0, where `combined()` gives each tensor's statistics over all ranks
+        exactly (see `tensor_tracker.stats.combine`). A module output's gradient is the
+        rank's own; DDP parameter gradients (`capture="params"`) are recorded when autograd
+        accumulates them, before DDP's all-reduce, so each rank's shows its own batch;
+        FSDP2 calls the hook after its reduce-scatter, with the averaged shard.
 
     Choosing what to record:
         - `include="layers\\.\\d+$"`, `exclude="dropout"`: regexes searched in module names.
