@@ -1,7 +1,7 @@
 """Issue #15: a compiled model, tracked, records what the eager model records, and tracking
 its forward statistics (`grad=False`) adds no graph break and no recompilation.
 
-The graph-break test compiles with the default backend (inductor): ~15 s on a 2-core CPU.
+The graph-break test compiles a small MLP with the default backend (inductor).
 The gradient test uses `backend="eager"`: graph breaks and the records come from Dynamo's
 tracing, the same whatever the backend, and a second inductor compile (forward and
 backward) would double this file's time."""
@@ -15,7 +15,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from tensor_tracker import Tracker, track
-from tests.helpers import batch, tiny_model
+from tests.helpers import batch, mlp, tiny_model
 
 KEYS = ["name", "grad", "call", "step", "kind", "attr"]
 STATS = ["mean", "std", "rms", "min", "max", "numel"]
@@ -29,9 +29,15 @@ def _fresh_dynamo() -> Iterator[None]:
     torch.compiler.reset()
 
 
-def _run(model: torch.nn.Module, tracker: Tracker, steps: int, backward: bool) -> list[int]:
+def _run(
+    model: torch.nn.Module,
+    tracker: Tracker,
+    steps: int,
+    backward: bool,
+    inputs: torch.Tensor | None = None,
+) -> list[int]:
     """Run `steps` steps in one `with tracker:` block; the graphs compiled after each."""
-    tokens = batch()
+    tokens = batch() if inputs is None else inputs
     graphs = []
     with tracker:
         for _ in range(steps):
@@ -53,15 +59,18 @@ def _same_records(compiled: Tracker, eager: Tracker) -> None:
 
 
 def test_forward_statistics_of_a_compiled_model_add_no_graph_break() -> None:
-    compiled = torch.compile(tiny_model())
+    # A small model: inductor's C++ code generation costs seconds per kernel on a CPU.
+    compiled = torch.compile(mlp())
     tracker = track(compiled, stats=True, grad=False)
-    graphs = _run(compiled, tracker, 3, backward=False)
+    x = torch.randn(8, 4)
+    graphs = _run(compiled, tracker, 3, backward=False, inputs=x)
     assert sum(counters["graph_break"].values()) == 0
     assert graphs[0] == graphs[-1]  # compiled once: no recompilation at later steps
-    eager = tiny_model()
+    eager = mlp()
     eager_tracker = track(eager, stats=True, grad=False)
-    _run(eager, eager_tracker, 3, backward=False)
+    _run(eager, eager_tracker, 3, backward=False, inputs=x)
     _same_records(tracker, eager_tracker)
+    assert len(tracker) == 3 * 4  # three Linear/Tanh modules and the root, three steps
 
 
 def test_compiled_model_with_gradients_records_what_eager_records() -> None:
