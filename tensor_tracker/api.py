@@ -146,8 +146,10 @@ class Tracker(Recorder):
         histograms combine exactly; custom statistics cannot (NaN); see
         `tensor_tracker.stats.combine`. It suits tensors split across ranks: a
         data-parallel batch's activations and their gradients, FSDP's parameter shards.
-        Replicated tensors (DDP's parameters) are copies on each rank: read one rank's rows
-        of `to_frame()` instead (their counts and sums would be multiplied here).
+        Replicated tensors (DDP's parameters, a `DTensor` with a `Replicate` placement)
+        are copies on each rank: read one rank's rows of `to_frame()` instead (their counts
+        and sums would be multiplied here). Records with no statistics (non-tensor
+        outputs) are left out.
 
         Raises:
             ValueError: the records hold copies, not statistics.
@@ -378,8 +380,10 @@ def track(
         Under `torch.distributed` each rank records its own tensors (hooks never
         communicate), `t.rank`/`t.world_size` say where, and `to_frame()` has a `rank`
         column. Track the DDP-wrapped model (names are those of the model inside) or an
-        FSDP2 model (`fully_shard`): sharded parameters and their gradients are recorded as
-        each rank's shard under the parameter's own name. `t.gather()` brings every rank's
+        FSDP2 model (`fully_shard`; track it after sharding, since `capture="params"`
+        records the parameters the modules hold when they are registered): sharded
+        parameters and their gradients are recorded as each rank's shard under the
+        parameter's own name. `t.gather()` brings every rank's
         records to rank 0, where `combined()` gives each tensor's statistics over all ranks
         exactly (see `tensor_tracker.stats.combine`). A module output's gradient is the
         rank's own; DDP parameter gradients (`capture="params"`) are recorded when autograd

@@ -210,7 +210,7 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     pd = require("pandas", "pandas")
     np = require("numpy", "pandas")
     from ..stats.combine import combine_table
-    from .frame import _meta_columns
+    from .frame import _first_stats, _meta_columns
 
     store = columns.store
     if not isinstance(store, StatsStore):
@@ -221,17 +221,32 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     n = len(columns)
     flags = np.frombuffer(columns.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
     refs = np.frombuffer(columns.ref, dtype=np.int32).astype(np.int64) if n else np.empty(0)
-    rows = np.flatnonzero((flags & (OBJECT | STASH)) == 0)
+    in_store = (flags & (OBJECT | STASH)) == 0
     tuples = np.flatnonzero(flags & REFS)
     first = [next(r for r in columns.objects[refs[i]] if r is not None) for i in tuples]
-    rows = np.concatenate([rows, tuples])
-    picked = np.concatenate([refs[(flags & (OBJECT | STASH)) == 0], np.array(first, np.int64)])
-    meta = pd.DataFrame(_meta_columns(columns, {})).iloc[rows]
+    picked = np.concatenate([refs[in_store], np.array(first, np.int64)])
+    raw, numel = store.table(torch.from_numpy(picked))
+    # Statistics kept in objects (the first tensor of a dict or nested output), alike.
+    spec = store.layout._spec
+    extra_rows, extra_raw, extra_numel = [], [], []
+    for i in np.flatnonzero(~in_store & ((flags & REFS) == 0)):
+        found = _first_stats(columns.value_at(int(i)))
+        if found is not None and found.layout._spec == spec:
+            extra_rows.append(int(i))
+            extra_raw.append(found.raw.detach().to("cpu", torch.float64))
+            extra_numel.append(float(found.numel))
+    if extra_rows:
+        raw = torch.cat([raw, torch.stack(extra_raw)])
+        numel = torch.cat([numel, torch.tensor(extra_numel, dtype=torch.float64)])
+    rows = np.concatenate([np.flatnonzero(in_store), tuples, np.array(extra_rows, np.int64)])
+    order = torch.from_numpy(np.argsort(rows, kind="stable"))  # recording order
+    rows, raw, numel = rows[order.numpy()], raw[order], numel[order]
+    whole = {int(i): columns.objects[refs[i]] for i in extra_rows if flags[i] & STASH}
+    meta = pd.DataFrame(_meta_columns(columns, whole)).iloc[rows]
     meta["rank"] = np.asarray(ranks, dtype=np.int64)[rows]
     keys = ["step", "name", "kind", "attr", "grad", "call"]
     group = meta.groupby(keys, sort=False).ngroup().to_numpy()
     groups = int(group.max()) + 1 if len(group) else 0
-    raw, numel = store.table(torch.from_numpy(picked))
     out, total = combine_table(
         store.layout, raw, numel, torch.from_numpy(group.astype(np.int64)), groups
     )

@@ -68,3 +68,28 @@ def test_load_reads_a_run_directory_of_rank_parts(tmp_path: Path) -> None:
     assert frame.groupby("rank").size().to_dict() == {0: len(ranks[0]), 1: len(ranks[1])}
     one = tensor_tracker.load(tmp_path / "run" / "rank-1")  # each part is a recording
     assert "rank" not in one.to_frame().columns and len(one) == len(ranks[1])
+
+
+class _DictOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": 2 * x}
+
+
+def test_combined_reads_statistics_kept_in_objects_too() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), _DictOut())
+    parts = []
+    xs = [torch.randn(4, 3), torch.randn(2, 3)]
+    for rank, x in enumerate(xs):
+        with track(model, stats=["mean", "max", "numel"], grad=False) as t:
+            model(x)
+        parts.append((rank, t.stashes))
+    merged = Tracker(t._stash_fn)
+    merged.row_ranks = merge(parts, merged.stashes)
+    combined = merged.combined()
+    assert combined["name"].tolist() == ["0", "1", ""]  # recording order
+    with torch.no_grad():
+        whole = 2 * model[0](torch.cat(xs))
+    row = combined[combined["name"] == "1"].iloc[0]
+    assert (row["ranks"], row["numel"]) == (2, whole.numel())
+    assert row["max"] == pytest.approx(whole.max().item())
+    assert row["mean"] == pytest.approx(whole.mean().item())
