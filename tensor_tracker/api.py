@@ -101,7 +101,8 @@ class Tracker(Recorder):
         statistics); on the other ranks, `None`. This tracker is left as it is.
 
         Statistics travel as their raw vectors (a few floats each); full copies are
-        pickled. Under NCCL, set each rank's CUDA device first
+        pickled. A tracker streaming to disk (`stream_to=`) holds only the current step:
+        read its run directory with `tensor_tracker.load` instead. Under NCCL, set each rank's CUDA device first
         (`torch.cuda.set_device(local_rank)`), as `torch.distributed` requires.
 
         Args:
