@@ -698,6 +698,76 @@ def figures_at_scale(steps: int) -> None:
         )
 
 
+@contextlib.contextmanager
+def _hooks_outside_graph() -> Any:
+    """Every hook behind `torch.compiler.disable`, as before issue #15 (for comparison)."""
+    saved = stats.StatsFn.traceable
+    stats.StatsFn.traceable = False  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        stats.StatsFn.traceable = saved  # type: ignore[misc]
+
+
+def compile_cost(steps: int, backend: str, layers: int = 4, quick: bool = False) -> None:
+    """torch.compile: compile time, step time and graph breaks, untracked and tracked
+    (`quick`: without the comparison rows)."""
+    from torch._dynamo.utils import counters
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
+    from examples.tiny_transformer import TinyTransformer, copy_task_batch
+
+    tokens, _ = copy_task_batch(8, 64, 64, torch.Generator().manual_seed(0))
+    print(f"\n## torch.compile (backend {backend!r}, encoder d_model 64 x {layers} blocks)\n")
+    print("| configuration | first call (compile) | median step | graphs | graph breaks |")
+    print("|---|---|---|---|---|")
+    configs: list[tuple[str, bool, Any, Callable[[], Any]]] = [
+        ("forward, untracked", False, None, contextlib.nullcontext),
+        ("forward, stats=True, grad=False", False, {"grad": False}, contextlib.nullcontext),
+        (
+            "forward, stats=True, grad=False, hooks outside the graph (before #15)",
+            False,
+            {"grad": False},
+            _hooks_outside_graph,
+        ),
+        ("training step, untracked", True, None, contextlib.nullcontext),
+        ("training step, stats=True", True, {}, contextlib.nullcontext),
+    ]
+    if quick:
+        configs = [configs[1], configs[4]]
+    for label, train, options, patch in configs:
+        torch.compiler.reset()
+        counters.clear()
+        torch.manual_seed(0)
+        model = TinyTransformer(vocab=64, d_model=64, n_layers=layers, max_len=64)
+        compiled = torch.compile(model, backend=backend)
+        with patch():
+            tracker = (
+                tensor_tracker.track(compiled, stats=True, **options)
+                if options is not None
+                else contextlib.nullcontext()
+            )
+            with tracker:
+                times = []
+                for _ in range(steps + 1):
+                    start = time.perf_counter()
+                    if train:
+                        compiled(tokens).float().pow(2).mean().backward()
+                    else:
+                        with torch.no_grad():
+                            compiled(tokens)
+                    if options is not None:
+                        tracker.step()  # type: ignore[attr-defined]
+                    times.append(time.perf_counter() - start)
+        graphs = counters["stats"]["unique_graphs"]
+        breaks = sum(counters["graph_break"].values())
+        print(
+            f"| {label} | {times[0]:.2f} s | {statistics.median(times[1:]) * 1000:.2f} ms "
+            f"| {graphs} | {breaks} |"
+        )
+    torch.compiler.reset()
+
+
 def main() -> None:
     # The plain reference's full-backward hooks warn that the input needs no gradient.
     warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
@@ -719,6 +789,7 @@ def main() -> None:
             "recording",
             "graph",
             "figures",
+            "compile",
         ],
         default="all",
         help="run one part of the benchmark",
@@ -758,6 +829,12 @@ def main() -> None:
         graph_cost()
     if part in ("all", "figures"):
         figures_at_scale(20 if args.quick else 1000)
+    if part in ("all", "compile"):
+        # --quick: Dynamo's tracing alone (graph breaks, no inductor code generation).
+        if args.quick:
+            compile_cost(2, "eager", layers=1, quick=True)
+        else:
+            compile_cost(20, "inductor")
 
 
 if __name__ == "__main__":

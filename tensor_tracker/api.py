@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -13,22 +14,24 @@ import torch
 from torch import Tensor, nn
 
 from ._optional import require
-from ._validate import check_bool, check_choices, check_type
+from ._validate import check_bool, check_choices, check_int, check_type
+from .core.dist import gather_objects
 from .core.records import StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
 from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
+from .data.ranks import combined_frame, merge, part_of
 from .data.recording import RecordingWriter, _spec_of, read_recording
 from .data.summary import Summary, recorded_summary
-from .errors import ArgumentValueError, NonFiniteError
+from .errors import ArgumentValueError, NonFiniteError, TrackerStateError
 from .stats import StatsFn, parse
 from .stats.store import StatsStore
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["Tracker", "load", "track"]
+__all__ = ["Tracker", "load", "rank_parts", "track"]
 
 
 class Tracker(Recorder):
@@ -71,7 +74,99 @@ class Tracker(Recorder):
         self._sync()
         stats_fn = getattr(self._stash_fn, "stash_value", None)
         names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
-        return to_frame(self.stashes, stat, stat_name, names)
+        frame = to_frame(self.stashes, stat, stat_name, names)
+        ranks = self._ranks()
+        if ranks is not None:
+            frame.insert(list(frame.columns).index("training") + 1, "rank", ranks)
+        return frame
+
+    row_ranks: Any = None
+    """The rank of each record (an `array`) of a tracker holding several ranks' records
+    (`gather`, `load` of a run directory); `None` otherwise."""
+
+    def _ranks(self) -> Any:
+        """The rank of each row, or `None` outside `torch.distributed`."""
+        if self.row_ranks is not None and len(self.row_ranks) == len(self.stashes):
+            return list(self.row_ranks)
+        if self.rank is not None:
+            return [self.rank] * len(self.stashes)
+        return None
+
+    def gather(self, dst: int = 0, group: Any = None) -> Tracker | None:
+        """Collect every rank's records on rank `dst`, with one `gather_object` over the
+        process group: call it on every rank at the same point (e.g. after the training
+        loop, or every N steps), outside any hook. Ranks may have recorded different
+        numbers of records. On `dst`, returns a new `Tracker` holding all of them in rank
+        order (no hooks; `to_frame()` has a `rank` column, `combined()` merges the ranks'
+        statistics); on the other ranks, `None`. This tracker is left as it is.
+
+        Statistics travel as their raw vectors (a few floats each); full copies are
+        pickled. A tracker streaming to disk (`stream_to=`) holds only the current step:
+        read its run directory with `tensor_tracker.load` instead. Under NCCL, set each rank's CUDA device first
+        (`torch.cuda.set_device(local_rank)`), as `torch.distributed` requires.
+
+        Args:
+            dst: the rank that receives the records.
+            group: the process group (default: the default group).
+
+        Raises:
+            TrackerStateError: `torch.distributed` is not initialised.
+
+        Example:
+            >>> everything = t.gather()        # doctest: +SKIP
+            >>> if everything is not None:     # doctest: +SKIP
+            ...     everything.to_frame().groupby("rank").size()
+        """
+        check_int(dst, "gather(dst=...)")
+        self._read_rank()
+        if self.rank is None or self.world_size is None:
+            raise TrackerStateError(
+                "gather(): torch.distributed is not initialised in this process; there is "
+                "nothing to gather from (call torch.distributed.init_process_group first)"
+            )
+        self._sync()
+        part = part_of(self.stashes, self.rank, self.world_size, self.logged)
+        parts = gather_objects(part, dst, group)
+        if parts is None:
+            return None
+        merged = Tracker(self._stash_fn)
+        merged.row_ranks = merge(parts, merged.stashes)
+        merged.logged = [e for p in parts for e in p.log]
+        merged.rank, merged.world_size = self.rank, self.world_size
+        return merged
+
+    def combined(self) -> pandas.DataFrame:
+        """The statistics of each logical tensor over all ranks, as if one process had
+        recorded the concatenation of the ranks' tensors: one row per step, module part,
+        direction and call (columns `name`, `type`, `grad`, `call`, `step`, `kind`, `attr`,
+        `training`, `ranks`: how many rows were combined, then the statistics). For a
+        tracker from `gather` or from `load` of a multi-rank run; with one rank it is
+        `to_frame()` with `ranks` 1.
+
+        Counts, sums, means, spreads, extremes, non-finite counts, format fractions and
+        histograms combine exactly; custom statistics cannot (NaN); see
+        `tensor_tracker.stats.combine`. It suits tensors split across ranks: a
+        data-parallel batch's activations and their gradients, FSDP's parameter shards.
+        Replicated tensors (DDP's parameters, a `DTensor` with a `Replicate` placement)
+        are copies on each rank: read one rank's rows of `to_frame()` instead (their counts
+        and sums would be multiplied here). Records with no statistics (non-tensor
+        outputs) are left out.
+
+        Raises:
+            ValueError: the records hold copies, not statistics.
+
+        Example:
+            >>> with track(model, stats=True) as one:
+            ...     _ = model(x)
+            >>> one.combined()[["name", "ranks", "numel"]].values.tolist()[0]
+            ['0', 1, 64.0]
+        """
+        self._sync()
+        stats_fn = getattr(self._stash_fn, "stash_value", None)
+        names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
+        ranks = self._ranks() or [0] * len(self.stashes)
+        frame: pandas.DataFrame = combined_frame(self.stashes, ranks, names)
+        return frame
 
     def summary(self, step: int | None = None) -> Summary:
         """A per-module-call `Summary` of one recorded step, from what was recorded (no
@@ -155,8 +250,13 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     and dicts come back as what they hold: dataclasses, `ModelOutput`s and Hugging Face
     caches as dicts, other pytree nodes as lists, namedtuples as tuples.
 
+    A run directory that several ranks streamed to (`track(..., stream_to=path)` under
+    `torch.distributed` writes one recording per rank, `path/rank-N`) is read whole: the
+    records of every rank, in rank order, with a `rank` column in `to_frame()` and
+    `combined()` for the statistics over all ranks.
+
     Args:
-        path: the recording's directory.
+        path: the recording's directory (or a run directory of `rank-N` recordings).
         recover: when a file was truncated (the writing process was killed mid-step),
             read what is complete and warn, instead of raising.
 
@@ -168,11 +268,34 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
         >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
         >>> t.to_frame()                             # doctest: +SKIP
     """
+    parts = rank_parts(path)
+    if parts:
+        recordings = [(rank, read_recording(part, recover=recover)) for rank, part in parts]
+        stats = recordings[0][1].stats
+        tracker = Tracker(get_stash_fn(stats) if stats is not None else None)
+        tracker.row_ranks = merge([(r, rec.columns) for r, rec in recordings], tracker.stashes)
+        tracker.logged = [e for _, rec in recordings for e in rec.log]
+        tracker.world_size = len(parts)
+        return tracker
     recording = read_recording(path, recover=recover)
     tracker = Tracker(get_stash_fn(recording.stats) if recording.stats is not None else None)
     tracker.stashes = recording.columns
     tracker.logged = recording.log
     return tracker
+
+
+_RANK_PART = re.compile(r"^rank-(\d+)$")
+
+
+def rank_parts(path: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """The `rank-N` recordings in the run directory `path` (what `track(...,
+    stream_to=path)` writes under `torch.distributed`), by rank; empty when `path` is a
+    recording itself or holds none."""
+    root = Path(path)
+    if (root / "recording.json").exists() or not root.is_dir():
+        return []
+    found = [(_RANK_PART.match(p.name), p) for p in root.iterdir() if p.is_dir()]
+    return sorted((int(m.group(1)), p) for m, p in found if m is not None)
 
 
 def track(
@@ -245,9 +368,28 @@ def track(
         notice hooks added after it compiled a model, so tracking drops the code it
         compiled for this model: the next call recompiles with the hooks (and the first call
         after the block recompiles without them; with `every=N`, this happens around each
-        recorded step). The hooks run outside the compiled graphs. A model called inside
-        some other compiled function cannot be found this way; a `with` block that records
-        nothing then warns: call `torch.compiler.reset()` before tracking.
+        recorded step). With `stats=` (the built-in statistics, without histograms, format
+        fractions or custom ones) and `grad=False`, the statistics of module outputs are
+        computed inside the compiled graph: no graph break, no recompilation from step to
+        step. Otherwise the hooks run outside the compiled graphs, one graph break per
+        tracked module (recording a gradient hooks a tensor inside the graph, where
+        TorchDynamo always breaks); the records are the same as in eager mode. A model
+        called inside some other compiled function cannot be found this way; a `with` block
+        that records nothing then warns: call `torch.compiler.reset()` before tracking.
+
+    Distributed training:
+        Under `torch.distributed` each rank records its own tensors (hooks never
+        communicate), `t.rank`/`t.world_size` say where, and `to_frame()` has a `rank`
+        column. Track the DDP-wrapped model (names are those of the model inside) or an
+        FSDP2 model (`fully_shard`; track it after sharding, since `capture="params"`
+        records the parameters the modules hold when they are registered): sharded
+        parameters and their gradients are recorded as each rank's shard under the
+        parameter's own name. `t.gather()` brings every rank's
+        records to rank 0, where `combined()` gives each tensor's statistics over all ranks
+        exactly (see `tensor_tracker.stats.combine`). A module output's gradient is the
+        rank's own; DDP parameter gradients (`capture="params"`) are recorded when autograd
+        accumulates them, before DDP's all-reduce, so each rank's shows its own batch;
+        FSDP2 calls the hook after its reduce-scatter, with the averaged shard.
 
     Choosing what to record:
         - `include="layers\\.\\d+$"`, `exclude="dropout"`: regexes searched in module names.
@@ -331,7 +473,9 @@ def track(
             dropped from memory, so memory stays flat over any number of steps, and
             `tensor_tracker.load(path)` reads the run, also from another process while
             it goes on. A process killed mid-write loses at most the step being written.
-            The tracker itself then holds only the current step.
+            The tracker itself then holds only the current step. Under
+            `torch.distributed` (initialised before `track` is called), each rank writes
+            its own recording, `stream_to/rank-N`, and `load(stream_to)` reads them all.
 
     Returns:
         A `Tracker`: a sequence of `Stash` with `to_frame()`, `step()`, `nbytes`.
@@ -388,6 +532,8 @@ def track(
 def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
     """Set up `track(..., stream_to=path)` (before any hook is attached)."""
     check_type(path, (str, os.PathLike), "stream_to=", "a directory path")
+    if tracker.rank is not None:  # each rank writes its own part of the run directory
+        path = Path(path) / f"rank-{tracker.rank}"
     writer = RecordingWriter(path, _spec_of(tracker.stashes))
 
     def flush(block_ended: bool) -> None:

@@ -21,3 +21,26 @@ def test_stream_run_trains_streams_and_reads_back(
     assert "No findings." in out
     assert (tmp_path / "run" / "records.arrows").exists()
     assert "report: " in out and (tmp_path / "run" / "report.html").exists()
+
+
+def test_distributed_example_reports_a_gathered_run(capsys: pytest.CaptureFixture[str]) -> None:
+    # `torchrun -m examples.distributed` itself runs two processes; here its report reads
+    # two single-process recordings merged as `Tracker.gather` merges ranks.
+    from examples.distributed import report
+    from tensor_tracker import Tracker, track
+    from tensor_tracker.data.ranks import merge
+    from tests.helpers import batch, tiny_model, train
+
+    ranks = []
+    for _ in range(2):
+        model = tiny_model()
+        t = track(model, stats=True, capture=("outputs", "params"))
+        ranks.append(train(model, t, steps=2, tokens=batch()))
+    run = Tracker(ranks[0]._stash_fn)
+    run.row_ranks = merge(list(enumerate(r.stashes for r in ranks)), run.stashes)
+    for sharded in (False, True):
+        report(run, sharded)
+    out = capsys.readouterr().out
+    assert "records per rank: {0: 220, 1: 220}" in out
+    assert "head output over the global batch (2 ranks, 512 values)" in out
+    assert "(rank 1)" in out and "(2 shards)" in out

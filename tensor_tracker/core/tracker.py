@@ -40,6 +40,7 @@ from ..errors import (
     TrackerStateError,
 )
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns, Site
+from .dist import local_value, rank_info
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
 from .memo import RecentTensors
 from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
@@ -173,6 +174,23 @@ def _is_compiled(module: nn.Module) -> bool:
     return type(module).__name__ == "OptimizedModule" and isinstance(
         getattr(module, "_orig_mod", None), nn.Module
     )
+
+
+def _is_ddp(module: nn.Module) -> bool:
+    return type(module).__name__ == "DistributedDataParallel" and isinstance(
+        getattr(module, "module", None), nn.Module
+    )
+
+
+def _unwrapped_name(name: str, wrappers: list[str]) -> str:
+    """`name` without the `module.` that the DDP wrappers named in `wrappers` add."""
+    for wrapper in wrappers:
+        inner = f"{wrapper}.module" if wrapper else "module"
+        if name == inner:
+            return wrapper
+        if name.startswith(inner + "."):
+            return (f"{wrapper}." if wrapper else "") + name[len(inner) + 1 :]
+    return name
 
 
 class _Guarded:
@@ -330,6 +348,13 @@ class Recorder:
                 "with stats= every step's statistics are kept anyway: drop one of them"
             )
         self._keep_steps = keep_steps
+        # Statistics that a compiled model computes inside its graph (see _graph_hook).
+        self._graph_fn: Any = (
+            stash_value
+            if self.stashes.store is not None and getattr(stash_value, "traceable", False)
+            else None
+        )
+        self._pending: list[tuple[_Registration, int, int, Tensor, int]] = []
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
         self._pending_copies = False
         self._outputs = "outputs" in capture_set
@@ -366,6 +391,13 @@ class Recorder:
         self._flush: Callable[[bool], None] | None = None
         self.stream_path: Any = None
         """The directory `track(..., stream_to=...)` writes to (None otherwise)."""
+        self.rank: int | None = None
+        """This process's rank under `torch.distributed` (`None` without it): read when the
+        tracker is made and when a `with` block starts, never in a hook; `to_frame()` then
+        has a `rank` column."""
+        self.world_size: int | None = None
+        """The number of ranks under `torch.distributed` (`None` without it)."""
+        self._read_rank()
         self._recorded = False  # whether a hook recorded anything in the current block
         self._depth = 0  # nested `with tracker:` blocks; the outermost one detaches
         self._handles: list[RemovableHandle] = []
@@ -378,6 +410,11 @@ class Recorder:
         # See `_watch_nonfinite`.
         self._nonfinite: tuple[Callable[[], bool], Callable[[], None]] | None = None
         self._watched_task = -1
+
+    def _read_rank(self) -> None:
+        info = rank_info()
+        if info is not None:
+            self.rank, self.world_size = info
 
     # -- registration ------------------------------------------------------------------
 
@@ -426,6 +463,7 @@ class Recorder:
         check_bool(grad, "grad=")
         include_re = compile_pattern(include, "include")
         exclude_re = compile_pattern(exclude, "exclude")
+        wrappers: list[str] = []
         for name, child in module.named_modules():
             compiled = compiled_callable(child)
             if compiled is not None:
@@ -434,6 +472,11 @@ class Recorder:
                 continue  # its _orig_mod is registered instead, under the same name
             # torch.compile wraps modules; they keep the names they have uncompiled.
             name = _COMPILED_PREFIX.sub("", name.replace("._orig_mod", ""))
+            # So does DistributedDataParallel (its `.module` is registered under its name).
+            name = _unwrapped_name(name, wrappers)
+            if _is_ddp(child):
+                wrappers.append(name)
+                continue
             if include_re is not None and not include_re.search(name):
                 continue
             if exclude_re is not None and exclude_re.search(name):
@@ -492,6 +535,7 @@ class Recorder:
 
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
+        self._pending.clear()
         self.stashes.clear()
         self._nbytes = 0
         self._counted.clear()
@@ -521,6 +565,7 @@ class Recorder:
             check_int(n, "step(n): n")
         check_type(kind, str, "step(kind=...)", "a str naming the kind of the next step")
         check_bool(keep, "step(keep=...)")
+        self._drain()
         self._check_nonfinite()  # forward-only loops have no end of backward
         if not keep:
             self._drop_step()
@@ -608,7 +653,12 @@ class Recorder:
         # per call, so only where Dynamo may run (torch.compile imports it; so does
         # transformers).
         untraced = bool(self._compiled) or "torch._dynamo" in sys.modules
-        if self._outputs:
+        # Hooking an output's gradient breaks the graph however it is done (Dynamo breaks
+        # at a tensor hook on an intermediate): then one break, at the disabled hook.
+        if self._outputs and self._compiled and self._graph_fn is not None and not reg.grad:
+            hook = self._graph_hook(reg)
+            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        elif self._outputs:
             hook = self._forward_hook(reg)
             if untraced:
                 hook = torch.compiler.disable(hook)  # type: ignore[no-untyped-call]
@@ -698,6 +748,57 @@ class Recorder:
 
         return hook
 
+    def _graph_hook(self, reg: _Registration) -> Callable[..., None]:
+        """The forward hook of a compiled model's module with `stats=`: TorchDynamo traces
+        it into the model's graph (the statistics become a few more graph outputs), with
+        no graph break and nothing it would guard on that changes between calls (no
+        counter, no step: `_drain` numbers the calls later, outside the graph). What it
+        cannot trace (a non-tensor or empty output) runs eagerly, behind a graph break.
+        Only for modules whose gradients are not recorded (see `_attach`)."""
+        site = self._site(reg, "output", "")
+        fn = self._graph_fn
+        pending = self._pending
+        eager_hook = self._forward_hook(reg)
+
+        def eager(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+            self._drain()  # the calls before this one first
+            eager_hook(module, args, kwargs, output)
+
+        eager = torch.compiler.disable(eager)  # type: ignore[no-untyped-call]
+
+        def hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+        ) -> None:
+            training = module.training
+            if self._train_only and not training:
+                return
+            if not isinstance(output, Tensor) or output.numel() == 0:
+                eager(module, args, kwargs, output)
+                return
+            flags = TRAINING if training else 0
+            pending.append((reg, site, flags, fn.graph_raw(output), output.numel()))
+
+        return hook
+
+    def _drain(self) -> None:
+        """Record what compiled graphs computed (`_graph_hook`), numbering the calls."""
+        pending = self._pending
+        if not pending:
+            return
+        self._recorded = True
+        store = self.stashes.store
+        assert store is not None
+        put_raw = getattr(store, "put_raw")  # noqa: B009 (a StatsStore's, not ValueStore's)
+        for reg, site, flags, raw, numel in pending:
+            call = reg.calls
+            reg.calls = call + 1
+            before = store.nbytes
+            ref = put_raw(raw, numel)
+            if self._max_bytes is not None:
+                self._count(site, flags, store.nbytes - before)
+            self.stashes.add(site, call, self._step, flags, ref)
+        pending.clear()
+
     def _pre_hook(self, reg: _Registration) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             training = module.training
@@ -724,7 +825,8 @@ class Recorder:
             if self._params and reg.param_step != self._step_count:
                 reg.param_step = self._step_count
                 for attr, param in reg.params:
-                    self._record(self._site(reg, "param", attr), 0, step, flags, param)
+                    site = self._site(reg, "param", attr)
+                    self._record(site, 0, step, flags, local_value(param))
 
         return hook
 
@@ -745,7 +847,8 @@ class Recorder:
             if self._train_only and not training:
                 return
             flags = GRAD | TUPLE | (TRAINING if training else 0)
-            self._record(site, 0, self._step, flags, param.grad)
+            grad = param.grad
+            self._record(site, 0, self._step, flags, None if grad is None else local_value(grad))
 
         return hook
 
@@ -759,7 +862,8 @@ class Recorder:
                     # Skip scalars such as Adam's "step"; keep per-element state.
                     if isinstance(value, Tensor) and value.shape == param.shape:
                         site = self._site(reg, "optimizer", f"{attr}.{key}")
-                        self._record(site, 0, self._step, TRAINING if training else 0, value)
+                        flags = TRAINING if training else 0
+                        self._record(site, 0, self._step, flags, local_value(value))
 
     def _hook_grads(
         self, reg: _Registration, site: int, call: int, step: int, flags: int, value: Any
@@ -828,6 +932,8 @@ class Recorder:
         """Keep `value` as record (`site`, `call`, `step`, `flags`); with `TUPLE` in `flags`,
         `value` is the one gradient of a 1-tuple."""
         self._recorded = True  # see __exit__
+        if self._pending:
+            self._drain()
         if self._nonfinite is not None and flags & GRAD:
             task = graph_task_id()
             if task != self._watched_task:
@@ -919,6 +1025,7 @@ class Recorder:
     # -- reading ---------------------------------------------------------------------
 
     def _sync(self) -> None:
+        self._drain()
         if self._pending_copies:
             torch.cuda.synchronize()
             self._pending_copies = False
@@ -931,6 +1038,7 @@ class Recorder:
         return self._held(set())
 
     def __len__(self) -> int:
+        self._drain()
         return len(self.stashes)
 
     @overload
@@ -994,6 +1102,7 @@ class Recorder:
                 "Register them again first (tracker.register_all(model)), or start a new "
                 "tracker with tensor_tracker.track(model)."
             )
+        self._read_rank()  # the process group may have started after the tracker was made
         self._recorded = False
         self._depth = 1
         return self
@@ -1002,6 +1111,7 @@ class Recorder:
         self._depth = max(self._depth - 1, 0)
         if self._depth:
             return
+        self._drain()
         resume = (self._registrations, self._compiled)
         # Not len(self.stashes): clear() and keep_steps= drop records made in the block.
         silent = self._attached and not self._recorded

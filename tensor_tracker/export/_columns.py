@@ -11,7 +11,7 @@ from ..stats import Histogram, Stats
 __all__ = ["FrameColumns", "columns_of"]
 
 # Columns of `to_frame()` that say what a row is, not a statistic of it.
-KEYS = ("name", "type", "grad", "call", "step", "kind", "attr", "training")
+KEYS = ("name", "type", "grad", "call", "step", "kind", "attr", "training", "rank")
 
 
 @dataclasses.dataclass

@@ -46,6 +46,7 @@ Example:
 """
 
 from . import formats
+from .combine import combine, inexact_names
 from .fn import Spec, StatsFn, compute, parse
 from .layout import Layout
 from .spec import DEFAULT, NAMES, Histogram, Statistic, histogram
@@ -61,9 +62,11 @@ __all__ = [
     "Statistic",
     "Stats",
     "StatsFn",
+    "combine",
     "compute",
     "formats",
     "histogram",
+    "inexact_names",
     "parse",
     "stats_table",
 ]

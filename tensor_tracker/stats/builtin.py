@@ -23,10 +23,10 @@ import torch
 from torch import Tensor
 
 from .formats import FORMATS
-from .kernels import GROUPS, INF, Core, Thresholds
+from .kernels import GROUPS, INF, Core, RawGroup, Thresholds
 from .layout import Derive, column
 
-__all__ = ["BUILTINS", "FORMAT_NAMES", "Builtin", "plan"]
+__all__ = ["BUILTINS", "FORMAT_NAMES", "Builtin", "plan", "raw_plan"]
 
 Slots = Mapping[str, int]
 
@@ -87,15 +87,7 @@ FORMAT_NAMES: tuple[str, ...] = tuple(f"{f}_{k}" for f in FORMATS for k in _FORM
 def plan(names: set[str]) -> tuple[Core | None, dict[str, Derive], list[float]]:
     """What computes the built-in statistics `names`: the `Core` to run (None when nothing
     needs the tensor's values), the derivers, and the raw vector of an empty tensor."""
-    from_range: set[str] = set()
-    keys: list[tuple[float, bool]] = []
-    if names & set(FORMAT_NAMES):
-        # Format counts need one bucketing pass, which then also yields the zero and
-        # non-finite counts for free; without it each of those is a cheaper pass of its own.
-        from_range = names & {"zero_frac", "nonfinite"}
-        keys = range_keys(names)
-    wanted = {BUILTINS[n].group for n in names if n in BUILTINS and n not in from_range}
-    groups = [group for key, group in GROUPS.items() if key in wanted]
+    groups, from_range, keys = raw_plan(names)
     slots: dict[str, int] = {}
     empty: list[float] = []
     for group in groups:
@@ -112,6 +104,23 @@ def plan(names: set[str]) -> tuple[Core | None, dict[str, Derive], list[float]]:
         empty.extend([0.0] * (len(keys) + 1))
     core = Core(groups, thresholds) if empty else None
     return core, derivers, empty
+
+
+def raw_plan(
+    names: set[str],
+) -> tuple[list[RawGroup], set[str], list[tuple[float, bool]]]:
+    """What the raw vector of the built-in statistics `names` holds, in order: the
+    `GROUPS` computed, then (when `keys` is not empty) one count per range bucket, `len(keys)
+    + 1` of them; `from_range` are the names read from those counts instead of a group."""
+    from_range: set[str] = set()
+    keys: list[tuple[float, bool]] = []
+    if names & set(FORMAT_NAMES):
+        # Format counts need one bucketing pass, which then also yields the zero and
+        # non-finite counts for free; without it each of those is a cheaper pass of its own.
+        from_range = names & {"zero_frac", "nonfinite"}
+        keys = range_keys(names)
+    wanted = {BUILTINS[n].group for n in names if n in BUILTINS and n not in from_range}
+    return [group for key, group in GROUPS.items() if key in wanted], from_range, keys
 
 
 _ZERO = (0.0, False)

@@ -254,6 +254,24 @@ class StatsFn:
         tensors = [host_tensor(p) if isinstance(p, list) else p for p in parts]
         return (tensors[0] if len(tensors) == 1 else torch.cat(tensors)), numel
 
+    @property
+    def traceable(self) -> bool:
+        """Whether `graph_raw` can compute these statistics (the built-in ones without
+        range counts: no custom statistic, histogram or format fraction)."""
+        return self._simple
+
+    def graph_raw(self, tensor: Tensor) -> Tensor:
+        """The raw vector of a non-empty `tensor` as tensor operations alone (no host
+        floats, no data-dependent shapes), so that TorchDynamo can trace it into a compiled
+        graph; only when `traceable`. On the CPU it may differ from `raw` in the last
+        bits (one fused moments kernel instead of `sum` and `dot`)."""
+        assert self._core is not None and self._simple
+        x = tensor.detach()
+        magnitude = x.abs() if x.is_complex() else x
+        dtype = compute_dtype(magnitude.dtype)
+        xc = (magnitude if dtype is None else magnitude.to(dtype)).reshape(-1)
+        return self._core.device_raw(xc, None)
+
     def store(self) -> StatsStore:
         """A new `StatsStore` for this function's statistics: what a tracker records them
         into (a few numbers per tensor in one buffer per device, no object per tensor)."""

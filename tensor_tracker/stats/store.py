@@ -186,6 +186,19 @@ class StatsStore:
         self._recent.put(tensor, ref)
         return ref
 
+    def put_raw(self, raw: Tensor, numel: int) -> int:
+        """Keep a raw vector computed elsewhere (`StatsFn.graph_raw`, inside a compiled
+        graph) for a tensor of `numel` elements; return its reference."""
+        if self._watch is not None:
+            self._note(raw, raw.device)
+        slot = self._slots.get(raw.device)
+        if slot is None:
+            slot = self._slot(raw.device)
+        part = self._parts[slot]
+        if len(part.numel) == _MAX_ROWS:
+            raise TrackerStateError(f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device")
+        return part.add(raw, numel, self.layout) << _SLOT_BITS | slot
+
     def truncate(self, refs: list[int]) -> None:
         """Drop the rows `refs` and every row added after them (the most recent rows: what
         a tracker drops when a step is not kept)."""

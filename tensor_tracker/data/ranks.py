@@ -1,0 +1,259 @@
+"""The records of several ranks in one tracker: what `Tracker.gather` and loading a run
+directory written by several ranks build.
+
+Records travel between processes as a `Part`: the columns as bytes, each statistic as its
+raw vector (one float64 row, see `Layout`), module classes by name, and only the values
+that are not columnar (copies of tensors) as objects; `merge` appends parts to one
+`Columns`, remembering the rank of each row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .._optional import require
+from ..core.columns import OBJECT, REFS, STASH, Columns
+from ..core.records import LogEntry
+from ..errors import ArgumentValueError
+from ..stats import StatsFn
+from ..stats.store import StatsStore
+from .frame import type_name
+from .recording import module_class
+
+__all__ = ["Part", "combined_frame", "merge", "part_of", "stats_fn_of"]
+
+
+@dataclasses.dataclass
+class Part:
+    """One rank's records, as plain data that pickles compactly (see the module docstring).
+
+    Attributes:
+        rank: the rank that recorded them.
+        world_size: the number of ranks then.
+        sites: `(name, type name, kind, attr)` of each site.
+        site, call, flags, ref: the `Columns` arrays as bytes; `ref` of a statistics row
+            (and each reference in a `REFS` tuple) is its row in `raw`.
+        step_rows, step_values: the run-length encoded steps, as bytes.
+        raw, numel: the statistics rows, float64 `[k, width]` and int64 `[k]` bytes.
+        spec: the statistics' layout spec (`None` without `stats=`).
+        objects: the values kept as objects.
+        log: the scalars and notes of `Tracker.log`/`note`.
+    """
+
+    rank: int
+    world_size: int
+    sites: list[tuple[str, str, str, str]]
+    site: bytes
+    call: bytes
+    flags: bytes
+    ref: bytes
+    step_rows: bytes
+    step_values: bytes
+    raw: bytes
+    numel: bytes
+    spec: tuple[Any, ...] | None
+    objects: list[Any]
+    log: list[LogEntry]
+
+
+def part_of(columns: Columns, rank: int, world_size: int, log: Sequence[LogEntry] = ()) -> Part:
+    """`columns` as a `Part` of rank `rank` (the columns are not changed)."""
+    store = columns.store
+    stored: dict[int, int] = {}  # store reference -> row of the part's raw table
+    ref = array("i", columns.ref)
+    objects = list(columns.objects)
+    for row in range(len(columns)):
+        flags = columns.flags[row]
+        if not flags & (OBJECT | STASH):
+            ref[row] = stored.setdefault(ref[row], len(stored))
+        elif flags & REFS:
+            index = columns.ref[row]
+            objects[index] = tuple(
+                None if r is None else stored.setdefault(r, len(stored))
+                for r in columns.objects[index]
+            )
+    raw, numel = b"", b""
+    spec = None
+    if isinstance(store, StatsStore):
+        spec = store.layout._spec
+        if stored:
+            table, counts = store.table(torch.tensor(list(stored), dtype=torch.int64))
+            raw = table.contiguous().numpy().tobytes()
+            numel = counts.to(torch.int64).numpy().tobytes()
+    # Classes travel by name: a class defined in a function cannot be pickled.
+    sites = [(s.name, type_name(s.cls), str(s.kind), s.attr) for s in columns.sites]
+    return Part(
+        rank,
+        world_size,
+        sites,
+        columns.site.tobytes(),
+        columns.call.tobytes(),
+        columns.flags.tobytes(),
+        ref.tobytes(),
+        columns.step_rows.tobytes(),
+        columns.step_values.tobytes(),
+        raw,
+        numel,
+        spec,
+        objects,
+        list(log),
+    )
+
+
+def _columns_of(part: Part) -> Columns:
+    """A `Columns` holding `part`'s records (statistics as CPU rows of a new store)."""
+    fn = stats_fn_of(part.spec)
+    store = None if fn is None else fn.store()
+    columns = Columns(store)
+    for name, type_, kind, attr in part.sites:
+        columns.site_id(name, module_class(type_), kind, attr)  # type: ignore[arg-type]
+    first, stride = (0, 1) if store is None else store.add_host_rows(part.raw, part.numel)
+    ref = array("i")
+    ref.frombytes(part.ref)
+    flags = array("B")
+    flags.frombytes(part.flags)
+    objects = list(part.objects)
+    for row in range(len(ref)):
+        if not flags[row] & (OBJECT | STASH):
+            ref[row] = first + stride * ref[row]
+        elif flags[row] & REFS:
+            objects[ref[row]] = tuple(
+                None if r is None else first + stride * r for r in objects[ref[row]]
+            )
+    columns.site.frombytes(part.site)
+    columns.call.frombytes(part.call)
+    columns.flags = flags
+    columns.ref = ref
+    columns.step_rows.frombytes(part.step_rows)
+    columns.step_values.frombytes(part.step_values)
+    columns.objects = objects
+    return columns
+
+
+def merge(parts: Sequence[Part | tuple[int, Columns]], into: Columns) -> array[int]:
+    """Append the records of `parts` (each a `Part`, or `(rank, columns)`) to `into`, in
+    order; returns the rank of each appended row.
+
+    Statistics rows are copied into `into`'s store as CPU rows (raw vectors of the same
+    layout spec); other values are appended as they are."""
+    ranks = array("i")
+    for part in parts:
+        if isinstance(part, Part):
+            rank, columns = part.rank, _columns_of(part)
+        else:
+            rank, columns = part
+        before = len(into)
+        _append(into, columns)
+        ranks.extend([rank] * (len(into) - before))
+    return ranks
+
+
+def _append(into: Columns, source: Columns) -> None:
+    n = len(source)
+    if not n:
+        return
+    store = into.store
+    refs: dict[int, int] = {}
+    for row in range(n):
+        flags = source.flags[row]
+        if not flags & (OBJECT | STASH):
+            refs.setdefault(source.ref[row], len(refs))
+        elif flags & REFS:
+            for r in source.objects[source.ref[row]]:
+                if r is not None:
+                    refs.setdefault(r, len(refs))
+    first, stride = 0, 1
+    if refs:
+        assert isinstance(source.store, StatsStore) and isinstance(store, StatsStore)
+        raw, numel = source.store.table(torch.tensor(list(refs), dtype=torch.int64))
+        first, stride = store.add_host_rows(
+            raw.contiguous().numpy().tobytes(), numel.to(torch.int64).numpy().tobytes()
+        )
+    site_map = [into.site_id(*site) for site in source.sites]
+    for row in range(n):
+        flags = source.flags[row]
+        step = source.step_at(row)
+        if flags & STASH:
+            into.append(source.objects[source.ref[row]])
+        elif flags & REFS:
+            value = tuple(
+                None if r is None else first + stride * refs[r]
+                for r in source.objects[source.ref[row]]
+            )
+            into.add_object(site_map[source.site[row]], source.call[row], step, flags, value)
+        elif flags & OBJECT:
+            value = source.objects[source.ref[row]]
+            into.add_object(site_map[source.site[row]], source.call[row], step, flags, value)
+        else:
+            ref = first + stride * refs[source.ref[row]]
+            into.add(site_map[source.site[row]], source.call[row], step, flags, ref)
+
+
+def stats_fn_of(spec: tuple[Any, ...] | None) -> StatsFn | None:
+    """The `StatsFn` reading raw vectors of `spec` (custom statistics are not computable)."""
+    if spec is None:
+        return None
+    from .recording import _spec_from_json, _spec_to_json
+
+    return _spec_from_json(_spec_to_json(spec))
+
+
+def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence[str]) -> Any:
+    """The statistics of each logical tensor over the ranks (see `Tracker.combined`): one
+    row per (step, name, kind, attr, grad, call), the raw vectors of its ranks' rows
+    combined exactly (`tensor_tracker.stats.combine`); column `ranks` counts them."""
+    pd = require("pandas", "pandas")
+    np = require("numpy", "pandas")
+    from ..stats.combine import combine_table
+    from .frame import _first_stats, _meta_columns
+
+    store = columns.store
+    if not isinstance(store, StatsStore):
+        raise ArgumentValueError(
+            "combined(): the records hold copies, not statistics; record with stats=... "
+            "(copies of different ranks are combined by concatenating them yourself)"
+        )
+    n = len(columns)
+    flags = np.frombuffer(columns.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
+    refs = np.frombuffer(columns.ref, dtype=np.int32).astype(np.int64) if n else np.empty(0)
+    in_store = (flags & (OBJECT | STASH)) == 0
+    tuples = np.flatnonzero(flags & REFS)
+    first = [next(r for r in columns.objects[refs[i]] if r is not None) for i in tuples]
+    picked = np.concatenate([refs[in_store], np.array(first, np.int64)])
+    raw, numel = store.table(torch.from_numpy(picked))
+    # Statistics kept in objects (the first tensor of a dict or nested output), alike.
+    spec = store.layout._spec
+    extra_rows, extra_raw, extra_numel = [], [], []
+    for i in np.flatnonzero(~in_store & ((flags & REFS) == 0)):
+        found = _first_stats(columns.value_at(int(i)))
+        if found is not None and found.layout._spec == spec:
+            extra_rows.append(int(i))
+            extra_raw.append(found.raw.detach().to("cpu", torch.float64))
+            extra_numel.append(float(found.numel))
+    if extra_rows:
+        raw = torch.cat([raw, torch.stack(extra_raw)])
+        numel = torch.cat([numel, torch.tensor(extra_numel, dtype=torch.float64)])
+    rows = np.concatenate([np.flatnonzero(in_store), tuples, np.array(extra_rows, np.int64)])
+    order = torch.from_numpy(np.argsort(rows, kind="stable"))  # recording order
+    rows, raw, numel = rows[order.numpy()], raw[order], numel[order]
+    whole = {int(i): columns.objects[refs[i]] for i in extra_rows if flags[i] & STASH}
+    meta = pd.DataFrame(_meta_columns(columns, whole)).iloc[rows]
+    meta["rank"] = np.asarray(ranks, dtype=np.int64)[rows]
+    keys = ["step", "name", "kind", "attr", "grad", "call"]
+    group = meta.groupby(keys, sort=False).ngroup().to_numpy()
+    groups = int(group.max()) + 1 if len(group) else 0
+    out, total = combine_table(
+        store.layout, raw, numel, torch.from_numpy(group.astype(np.int64)), groups
+    )
+    firsts = np.unique(group, return_index=True)[1] if len(group) else np.empty(0, np.int64)
+    frame = meta.iloc[firsts].drop(columns=["rank"]).reset_index(drop=True)
+    frame["ranks"] = np.bincount(group, minlength=groups) if len(group) else []
+    derived = store.layout.derive(out, total, stats_names or None)
+    for name, column in derived.items():
+        frame[name] = column.tolist() if column.dim() == 2 else column.numpy()
+    return frame

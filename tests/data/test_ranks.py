@@ -1,0 +1,95 @@
+"""Issue #15, in one process: several ranks' records in one tracker (`data.ranks`), as
+`Tracker.gather` builds it (here from parts made by hand) and as `load` reads a run
+directory of `rank-N` recordings; outside `torch.distributed` nothing changes."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+import tensor_tracker
+from tensor_tracker import Stash, Tracker, track
+from tensor_tracker.data.ranks import merge, part_of
+from tensor_tracker.errors import TrackerStateError
+from tests.helpers import batch, tiny_model, train
+
+
+def _run(rank: int, **options: object) -> Tracker:
+    model = tiny_model()
+    tokens = batch(seq=4 + 2 * rank)  # ranks see different data, and a different amount
+    return train(model, track(model, **options), steps=1 + rank, tokens=tokens)
+
+
+def test_outside_distributed_there_is_no_rank_and_nothing_to_gather() -> None:
+    t = _run(0, stats=True)
+    assert (t.rank, t.world_size) == (None, None)
+    assert "rank" not in t.to_frame().columns
+    with pytest.raises(TrackerStateError, match="not initialised"):
+        t.gather()
+
+
+@pytest.mark.parametrize("options", [{"stats": True}, {}], ids=["stats", "copies"])
+def test_parts_travel_pickled_and_merge_in_rank_order(options: dict[str, object]) -> None:
+    ranks = [_run(r, **options) for r in range(2)]
+    ranks[0].stashes.append(Stash("by hand", torch.nn.Identity, False, torch.ones(2)))
+    parts = [pickle.loads(pickle.dumps(part_of(t.stashes, r, 2))) for r, t in enumerate(ranks)]
+    merged = Tracker(ranks[0]._stash_fn)
+    merged.row_ranks = merge(parts, merged.stashes)
+    frame = merged.to_frame()
+    assert frame["rank"].tolist() == [0] * len(ranks[0]) + [1] * len(ranks[1])
+    for r, t in enumerate(ranks):
+        mine = frame[frame["rank"] == r].drop(columns="rank").reset_index(drop=True)
+        assert mine.equals(t.to_frame()), r
+
+
+def test_combined_merges_each_tensor_over_the_ranks() -> None:
+    ranks = [_run(r, stats=True) for r in range(2)]
+    merged = Tracker(ranks[0]._stash_fn)
+    merged.row_ranks = merge([(r, t.stashes) for r, t in enumerate(ranks)], merged.stashes)
+    combined = merged.combined()
+    rows = combined[(combined["name"] == "head") & ~combined["grad"]]
+    assert rows["ranks"].tolist() == [2, 1]  # step 0 on both ranks, step 1 on rank 1 only
+    # The logits of both ranks, as one tensor: (2 x 4 + 2 x 6 tokens) x 16.
+    assert rows["numel"].tolist() == [(2 * 4 + 2 * 6) * 16, 2 * 6 * 16]
+    single = ranks[0].combined()
+    assert (single["ranks"] == 1).all() and len(single) == len(ranks[0])
+
+
+def test_load_reads_a_run_directory_of_rank_parts(tmp_path: Path) -> None:
+    ranks = [_run(r, stats=True) for r in range(2)]
+    for r, t in enumerate(ranks):
+        t.save(tmp_path / "run" / f"rank-{r}")
+    run = tensor_tracker.load(tmp_path / "run")
+    assert run.world_size == 2
+    frame = run.to_frame()
+    assert frame.groupby("rank").size().to_dict() == {0: len(ranks[0]), 1: len(ranks[1])}
+    one = tensor_tracker.load(tmp_path / "run" / "rank-1")  # each part is a recording
+    assert "rank" not in one.to_frame().columns and len(one) == len(ranks[1])
+
+
+class _DictOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": 2 * x}
+
+
+def test_combined_reads_statistics_kept_in_objects_too() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), _DictOut())
+    parts = []
+    xs = [torch.randn(4, 3), torch.randn(2, 3)]
+    for rank, x in enumerate(xs):
+        with track(model, stats=["mean", "max", "numel"], grad=False) as t:
+            model(x)
+        parts.append((rank, t.stashes))
+    merged = Tracker(t._stash_fn)
+    merged.row_ranks = merge(parts, merged.stashes)
+    combined = merged.combined()
+    assert combined["name"].tolist() == ["0", "1", ""]  # recording order
+    with torch.no_grad():
+        whole = 2 * model[0](torch.cat(xs))
+    row = combined[combined["name"] == "1"].iloc[0]
+    assert (row["ranks"], row["numel"]) == (2, whole.numel())
+    assert row["max"] == pytest.approx(whole.max().item())
+    assert row["mean"] == pytest.approx(whole.mean().item())
