@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from tools import widget_scripts
+
 if TYPE_CHECKING:
     from nbformat import NotebookNode
 
@@ -260,7 +262,15 @@ def render(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    exporter = cast("Callable[[], Any]", HTMLExporter)()  # untyped constructor
+    # Pinned widget scripts beside the pages and a template without CDN scripts, so that
+    # the pages show their viewers from disk with no network.
+    require_js_url, widget_renderer_url = widget_scripts.install(out)
+    exporter = cast("Callable[..., Any]", HTMLExporter)(  # untyped constructor
+        template_name="offline_html",
+        extra_template_basedirs=[str(Path(__file__).resolve().parent)],
+        require_js_url=require_js_url,
+        widget_renderer_url=widget_renderer_url,
+    )
     written = []
     for path in map(Path, paths):
         start = time.perf_counter()

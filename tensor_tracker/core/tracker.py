@@ -1064,6 +1064,7 @@ class Recorder:
 
     def _steps_where(self, keep: Callable[[Site], bool]) -> list[int]:
         """The steps at which a site `keep` accepts was recorded (see `Columns.steps_where`)."""
+        self._sync()
         return self.stashes.steps_where(keep)
 
     def _first_of_sites(self) -> list[Stash]:
