@@ -28,9 +28,15 @@ def browser() -> Iterator[Any]:
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"):
         options.add_argument(argument)
     options.add_argument("--disable-dev-shm-usage")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for console_errors
     driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
     try:
         yield driver
     finally:
         driver.quit()
+
+
+def console_errors(browser: Any) -> list[str]:
+    """The console's errors since the last call (Chromium's SEVERE log entries)."""
+    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]

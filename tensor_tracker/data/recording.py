@@ -46,6 +46,7 @@ import math
 import os
 import socket
 import sys
+import weakref
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -281,6 +282,9 @@ class RecordingWriter:
         )
         self._files: dict[str, Any] = {}
         self._writers: dict[str, Any] = {}
+        # A streaming tracker keeps its writer open between `with` blocks (each block's end
+        # only pauses it); the files are closed when the writer goes, if not before.
+        self._release = weakref.finalize(self, _close_streams, self._writers, self._files)
         self._complete = False
         self._write_meta(complete=False)
 
@@ -427,13 +431,18 @@ class RecordingWriter:
 
     def close(self) -> None:
         """Finish the streams and mark the recording complete."""
-        for writer in self._writers.values():
-            writer.close()
-        for sink in self._files.values():
-            sink.close()
-        self._writers.clear()
-        self._files.clear()
+        _close_streams(self._writers, self._files)
         self._write_meta(complete=True)
+
+
+def _close_streams(writers: dict[str, Any], files: dict[str, Any]) -> None:
+    """Close the Arrow stream writers, then their files (a writer holds no reference back)."""
+    for writer in writers.values():
+        writer.close()
+    for sink in files.values():
+        sink.close()
+    writers.clear()
+    files.clear()
 
 
 # -- reading -----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ __all__ = [
     "MANY_MODULES",
     "MAX_LEGEND",
     "MAX_WIDTH",
+    "at_most",
     "category_ticks",
     "fixed_margins",
     "format_lines",
@@ -84,11 +85,28 @@ def fixed_margins(
         _MARGINS.reset(token)
 
 
+# The widest figure `new_figure` makes inside `at_most`.
+_WIDTH: ContextVar[float] = ContextVar("_WIDTH", default=MAX_WIDTH)
+
+
+@contextmanager
+def at_most(width: float) -> Iterator[None]:
+    """Figures made inside this block are at most `width` inches wide: a viewer's output
+    area, where a wider figure would be shown shrunk, its text too small to read."""
+    token = _WIDTH.set(width)
+    try:
+        yield
+    finally:
+        _WIDTH.reset(token)
+
+
 def new_figure(figsize: tuple[float, float]) -> Figure:
     """A new Figure outside pyplot, displayable in IPython (see `_show_figures_in_ipython`),
-    laid out by matplotlib's constrained layout unless inside `fixed_margins`."""
+    laid out by matplotlib's constrained layout unless inside `fixed_margins`, and no wider
+    than `at_most` allows."""
     figure_module = require("matplotlib.figure", "plot")
     _show_figures_in_ipython(figure_module.Figure)
+    figsize = (min(figsize[0], _WIDTH.get()), figsize[1])
     margins = _MARGINS.get()
     if margins is None:
         fig: Figure = figure_module.Figure(figsize=figsize, layout="constrained")

@@ -298,6 +298,7 @@ def histogram_heatmap(
     )
     fig.colorbar(mesh, ax=ax, label="count (log scale)")
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(require("matplotlib.ticker", "plot").MaxNLocator(integer=True))
     ax.set_ylabel("log2|value|" if log2_used else "value")
     title = f"{display_name(name)} ({'grad' if grad else 'fwd'}): histogram over steps"
     ax.set_title(title + (f"\nnot shown: {left_out}" if left_out else ""), fontsize="medium")

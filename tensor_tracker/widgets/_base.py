@@ -15,6 +15,7 @@ from ..data.select import (
     as_stashes,
     display_name,
 )
+from ..plot._figure import at_most
 from ..stats import NAMES, Stats
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ __all__ = [
     "EMPTY",
     "PX_PER_INCH",
     "RASTER_DPI",
+    "VIEWER_WIDTH",
     "Panel",
     "Quiet",
     "default_stat",
@@ -38,6 +40,10 @@ __all__ = [
     "stat_options",
 ]
 
+
+VIEWER_WIDTH = 9.6
+"""The widest figure a viewer draws, in inches: JupyterLab's output area (about 960 px),
+so that a figure is never shown shrunk."""
 
 PX_PER_INCH = 100
 """How wide a viewer shows its figure: as many CSS pixels per inch as a figure displayed
@@ -72,18 +78,25 @@ class Panel:
     Figures are sent as SVG: vector graphics stay sharp at any output width and on
     high-DPI screens, where a PNG stretched to the output area looks soft (and a PNG
     rendered for every possible width and pixel ratio is not known in advance). The image
-    is shown at the figure's own size (`PX_PER_INCH`), narrowed to fit the output area."""
+    is shown at the figure's own size (`PX_PER_INCH`), narrowed to fit the output area;
+    figures are drawn at most `VIEWER_WIDTH` wide, so that they are rarely narrowed."""
 
     def __init__(self, w: Any) -> None:
         self.message = w.HTML(value="")
-        self.image = w.Image(format="svg+xml", layout={"max_width": "100%", "height": "auto"})
+        # As wide as the output area up to the figure's own width: a fixed width would
+        # widen the boxes around it past a narrower output area (a scroll bar), and so
+        # would the widgets' usual margin around a width of 100%.
+        self.image = w.Image(
+            format="svg+xml", layout={"width": "100%", "height": "auto", "margin": "0"}
+        )
         self.image.layout.display = "none"
         self.figure: Figure | None = None
         self.box = w.VBox([self.message, self.image])
 
     def show(self, draw: Callable[[], Figure]) -> None:
         try:
-            figure = draw()
+            with at_most(VIEWER_WIDTH):
+                figure = draw()
             buffer = io.BytesIO()
             figure.savefig(buffer, format="svg", dpi=RASTER_DPI)
         except (ValueError, TypeError, KeyError, ImportError) as error:
@@ -94,7 +107,7 @@ class Panel:
             return
         self.figure = figure
         self.image.value = buffer.getvalue()
-        self.image.layout.width = f"{round(figure.get_size_inches()[0] * PX_PER_INCH)}px"
+        self.image.layout.max_width = f"{round(figure.get_size_inches()[0] * PX_PER_INCH)}px"
         self.image.layout.display = ""
         self.message.value = ""
 
@@ -169,15 +182,17 @@ class Quiet:
 
 
 def set_options(control: Any, options: Sequence[Any], keep: Any, default: Any = None) -> None:
-    """Replace a Dropdown's options, keeping its value when still offered."""
+    """Replace a Dropdown's options, keeping its value when still offered (options and
+    value reach the page in one message, so it never holds an index out of its options)."""
     values = [o[1] if isinstance(o, tuple) else o for o in options]
-    control.options = list(options)
-    if keep in values:
-        control.value = keep
-    elif default in values:
-        control.value = default
-    elif values:
-        control.value = values[0]
+    with control.hold_sync():
+        control.options = list(options)
+        if keep in values:
+            control.value = keep
+        elif default in values:
+            control.value = default
+        elif values:
+            control.value = values[0]
 
 
 def plottable(stashes: Sequence[Stash]) -> list[Stash]:

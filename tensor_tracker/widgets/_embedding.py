@@ -82,17 +82,27 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
         if not s.grad and isinstance(value, Tensor) and value.dim() >= 2:
             features = value.shape[-1]
             candidates.setdefault(s.name, (value.numel() // max(features, 1), features))
-    if len(candidates) < 2:
+    if len(candidates) < 2:  # before grouping by shape: the message that helps most
         return empty_viewer(
             w,
             "umap_viewer needs full tensors (track without stats=) of at least 2 modules "
             f"whose outputs have a feature dimension; found {len(candidates)}.",
         )
-    default = plot.default_layers(outputs) or list(candidates)[:2]
-    # Layers of one shape can be drawn together: offer one shape at a time.
+    # Layers of one shape can be drawn together: offer one shape at a time, and only
+    # shapes that at least 2 layers share.
     by_shape: dict[tuple[int, int], list[str]] = {}
     for name, shape in candidates.items():
         by_shape.setdefault(shape, []).append(name)
+    by_shape = {shape: names for shape, names in by_shape.items() if len(names) >= 2}
+    if not by_shape:
+        return empty_viewer(
+            w,
+            "umap_viewer draws paths through layers of one output shape; no 2 modules "
+            f"share one ({len(candidates)} modules, each of its own shape).",
+        )
+    default = [n for n in plot.default_layers(outputs) if candidates[n] in by_shape] or next(
+        iter(by_shape.values())
+    )[:2]
     shape = candidates[default[0]]
     rows_of = shape[0]
     steps = recorded_steps(tracker, "tracker", "output")
@@ -159,7 +169,9 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
 
     def on_shape() -> None:
         names = by_shape[c["shape"].value]
-        with quiet:
+        # One state message for options and value: apart, the page may get an index
+        # into options it does not have yet.
+        with quiet, c["layers"].hold_sync():
             c["layers"].options = module_options(names)
             c["layers"].rows = min(len(names), 16)
             numbered = [n for n in default if n in names]

@@ -110,7 +110,7 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
     }
     for key in ("grad", "log2"):
         c[key].style.button_width = "80px"
-    c["bins"].style.button_width = "44px"
+    c["bins"].style.button_width = "52px"  # "256" with the buttons' padding
     panel = Panel(w)
     of_module: dict[str, list[Stash]] = {}
     # The module the user chose last: a filter that hides it (or matches nothing) does not

@@ -166,7 +166,9 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         shown = match_names(names, c["search"].value)
         selected = c["modules"].value
         kept = [n for n in names if n in shown or n in selected]
-        with quiet:  # the selection stays as it was: nothing to redraw
+        # The selection stays as it was (nothing to redraw); options and value go to the
+        # page in one message.
+        with quiet, c["modules"].hold_sync():
             c["modules"].options = module_options(kept)
             c["modules"].value = selected
 
