@@ -64,6 +64,11 @@ _FORMAT_COLORS = ("tab:red", "tab:purple", "tab:olive", "tab:cyan")
 _VIEW_LIMIT = 32.0
 
 
+# Inches below the axes for tick labels and the axis label, and per row of a small-font
+# legend, for figures with fixed margins.
+_X_AXIS_ROOM = 0.55
+_LEGEND_ROW = 0.2
+
 # Margins (left, right, bottom, top, in inches) of the figures made inside `fixed_margins`.
 _MARGINS: ContextVar[tuple[float, float, float, float] | None] = ContextVar(
     "_MARGINS", default=None
@@ -72,10 +77,10 @@ _MARGINS: ContextVar[tuple[float, float, float, float] | None] = ContextVar(
 
 @contextmanager
 def fixed_margins(
-    left: float = 0.8, right: float = 2.7, bottom: float = 1.2, top: float = 0.45
+    left: float = 0.8, right: float = 2.7, bottom: float = 0.6, top: float = 0.65
 ) -> Iterator[None]:
     """Figures made inside this block get these margins (inches; `right` holds a legend or
-    colour bar, `bottom` the axis label and the format legend) instead of constrained
+    colour bar, `top` a two-line title; `limits_legend` widens `bottom` for its rows) instead of constrained
     layout. For viewers redrawn on every click: constrained layout measures every text
     and takes longer than the drawing itself."""
     token = _MARGINS.set((left, right, bottom, top))
@@ -335,15 +340,30 @@ def _join(parts: list[str], dropped: list[bool]) -> str:
 
 def limits_legend(fig: Figure, handles: Sequence[Any]) -> None:
     """The legend of the number-format lines, below the plot across the figure."""
-    if handles:
-        # One column per ~3 inches of figure width (the longest entries), so that the legend
-        # never runs past the figure's edges.
-        width = float(fig.get_size_inches()[0])
-        fixed = fig.get_layout_engine() is None  # made in `fixed_margins`: room left below
+    if not handles:
+        return
+    # One column per ~3 inches of figure width (the longest entries), so that the legend
+    # never runs past the figure's edges.
+    width, height = (float(v) for v in fig.get_size_inches())
+    ncols = max(1, min(4, math.floor(width / 3.2 + 0.01)))
+    if fig.get_layout_engine() is not None:
         fig.legend(
             handles=list(handles),
-            loc="lower center" if fixed else "outside lower center",
-            ncols=max(1, min(4, int(width / 3.2))),
+            loc="outside lower center",
+            ncols=ncols,
             fontsize="small",
             frameon=False,
         )
+        return
+    # Made in `fixed_margins`: make room below for the x axis and the legend's rows.
+    rows = math.ceil(len(handles) / ncols)
+    bottom = _X_AXIS_ROOM + rows * _LEGEND_ROW + 0.1
+    fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, bottom / height))
+    fig.legend(
+        handles=list(handles),
+        loc="lower center",
+        ncols=ncols,
+        fontsize="small",
+        frameon=False,
+        borderaxespad=0.2,
+    )

@@ -163,7 +163,8 @@ def history(
     what = "gradients" if grad else ("outputs" if kind == "output" else f"{kind}s")
     size = len(next(iter(lines.values())).x)
     drawn = f"; drawn as {size} bucket means, band min..max" if len(set(steps)) > max_points else ""
-    ax.set_title(f"{stat} of {what} over steps (mean over calls{drawn})")
+    # The details on a second line: one long line runs past a narrow figure's edges.
+    ax.set_title(f"{stat} of {what} over steps\n(mean over calls{drawn})", fontsize="medium")
     series_key(
         fig,
         ax,

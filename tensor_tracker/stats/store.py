@@ -173,29 +173,24 @@ class StatsStore:
         if ref is not None:
             return ref
         raw, numel = self._fn.raw(tensor)
-        if self._watch is not None and raw is not None:
-            self._note(raw, tensor.device)
-        slot = self._slots.get(tensor.device)
-        if slot is None:
-            slot = self._slot(tensor.device)
-        part = self._parts[slot]
-        if len(part.numel) == _MAX_ROWS:
-            # The tracker then keeps these statistics as objects instead.
-            raise TrackerStateError(f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device")
-        ref = part.add(raw, numel, self.layout) << _SLOT_BITS | slot
+        ref = self._add(raw, numel, tensor.device)
         self._recent.put(tensor, ref)
         return ref
 
     def put_raw(self, raw: Tensor, numel: int) -> int:
         """Keep a raw vector computed elsewhere (`StatsFn.graph_raw`, inside a compiled
         graph) for a tensor of `numel` elements; return its reference."""
-        if self._watch is not None:
-            self._note(raw, raw.device)
-        slot = self._slots.get(raw.device)
+        return self._add(raw, numel, raw.device)
+
+    def _add(self, raw: list[float] | Tensor | None, numel: int, device: torch.device) -> int:
+        if self._watch is not None and raw is not None:
+            self._note(raw, device)
+        slot = self._slots.get(device)
         if slot is None:
-            slot = self._slot(raw.device)
+            slot = self._slot(device)
         part = self._parts[slot]
         if len(part.numel) == _MAX_ROWS:
+            # The tracker then keeps these statistics as objects instead.
             raise TrackerStateError(f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device")
         return part.add(raw, numel, self.layout) << _SLOT_BITS | slot
 

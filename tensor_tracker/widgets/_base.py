@@ -12,7 +12,6 @@ from torch import Tensor
 from .._optional import require
 from ..core.records import Stash
 from ..data.select import (
-    as_stashes,
     display_name,
 )
 from ..plot._figure import at_most
@@ -36,7 +35,6 @@ __all__ = [
     "observe",
     "plottable",
     "set_options",
-    "stashes_of",
     "stat_options",
 ]
 
@@ -146,11 +144,6 @@ def empty_viewer(w: Any, text: str) -> Any:
     panel = Panel(w)
     panel.note(text if text == EMPTY else error_html(text))
     return make_viewer(w, {}, [], panel, lambda: None)
-
-
-def stashes_of(tracker: Any) -> list[Stash]:
-    """The stashes of a viewer's `tracker` argument (a tracker or a list of stashes)."""
-    return as_stashes(tracker, "tracker")
 
 
 def module_options(names: Sequence[str]) -> list[tuple[str, str]]:
