@@ -164,7 +164,8 @@ def history(
     size = len(next(iter(lines.values())).x)
     drawn = f"; drawn as {size} bucket means, band min..max" if len(set(steps)) > max_points else ""
     # The details on a second line: one long line runs past a narrow figure's edges.
-    ax.set_title(f"{stat} of {what} over steps\n(mean over calls{drawn})", fontsize="medium")
+    # y=1: no ticks on top, so matplotlib need not measure the axis to place the title.
+    ax.set_title(f"{stat} of {what} over steps\n(mean over calls{drawn})", fontsize="medium", y=1.0)
     series_key(
         fig,
         ax,
