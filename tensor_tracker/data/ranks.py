@@ -135,7 +135,7 @@ def _columns_of(part: Part) -> Columns:
     return columns
 
 
-def merge(parts: Sequence[Part | tuple[int, Columns]], into: Columns) -> array[int]:
+def merge(parts: Sequence[Part | tuple[int, Columns]], into: Columns) -> Sequence[int]:
     """Append the records of `parts` (each a `Part`, or `(rank, columns)`) to `into`, in
     order; returns the rank of each appended row.
 
@@ -209,7 +209,7 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     combined exactly (`tensor_tracker.stats.combine`); column `ranks` counts them."""
     pd = require("pandas", "pandas")
     np = require("numpy", "pandas")
-    from ..stats.combine import combine_table
+    from ..stats.merging import combine_table
     from .frame import _first_stats, _meta_columns
 
     store = columns.store

@@ -46,9 +46,9 @@ Example:
 """
 
 from . import formats
-from .combine import combine, inexact_names
 from .fn import Spec, StatsFn, compute, parse
 from .layout import Layout
+from .merging import combine, inexact_names
 from .spec import DEFAULT, NAMES, Histogram, Statistic, histogram
 from .table import stats_table
 from .values import Stats
