@@ -633,20 +633,15 @@ def figures_at_scale(steps: int) -> None:
 
     matplotlib.use("agg")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
-    from examples.zoo import bert
+    from examples.zoo import bert_run
     from tensor_tracker import plot, widgets
 
-    model = bert()
-    ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(0))
-    with tensor_tracker.track(model, stats=True) as t:
-        for _ in range(3):
-            model(ids).last_hidden_state.pow(2).mean().backward()
-            t.step()
+    bert_t = bert_run(True)
     print("\n## Figures at scale\n")
     for label, make in (
-        ("scale_plot (grouped by block and role)", lambda: plot.scale_plot(t)),
-        ("scale_plot(group=False)", lambda: plot.scale_plot(t, group=False)),
-        ("history(grad=True), 151 leaves", lambda: plot.history(t, grad=True)),
+        ("scale_plot (grouped by block and role)", lambda: plot.scale_plot(bert_t)),
+        ("scale_plot(group=False)", lambda: plot.scale_plot(bert_t, group=False)),
+        ("history(grad=True), 151 leaves", lambda: plot.history(bert_t, grad=True)),
     ):
         start = time.perf_counter()
         fig = make()

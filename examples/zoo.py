@@ -4,8 +4,13 @@ a 12-layer BERT from a config (random weights), a ResNet-18-like CNN and a 3-lay
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from tensor_tracker import Tracker
 
 
 def bert(layers: int = 12) -> nn.Module:
@@ -22,6 +27,20 @@ def bert(layers: int = 12) -> nn.Module:
     )
     torch.manual_seed(0)
     return BertModel(config)
+
+
+def bert_run(stats: Any, steps: int = 3) -> Tracker:
+    """`bert()` trained on a fixed batch of 2 x 12 token ids for `steps` steps under
+    `track(model, stats=stats)`, one `t.step()` per step; returns the tracker."""
+    import tensor_tracker
+
+    model = bert()
+    ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(0))
+    with tensor_tracker.track(model, stats=stats) as t:
+        for _ in range(steps):
+            model(ids).last_hidden_state.pow(2).mean().backward()
+            t.step()
+    return t
 
 
 class BasicBlock(nn.Module):

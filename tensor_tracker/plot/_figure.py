@@ -346,24 +346,17 @@ def limits_legend(fig: Figure, handles: Sequence[Any]) -> None:
     # never runs past the figure's edges.
     width, height = (float(v) for v in fig.get_size_inches())
     ncols = max(1, min(4, math.floor(width / 3.2 + 0.01)))
-    if fig.get_layout_engine() is not None:
-        fig.legend(
-            handles=list(handles),
-            loc="outside lower center",
-            ncols=ncols,
-            fontsize="small",
-            frameon=False,
-        )
-        return
-    # Made in `fixed_margins`: make room below for the x axis and the legend's rows.
-    rows = math.ceil(len(handles) / ncols)
-    bottom = _X_AXIS_ROOM + rows * _LEGEND_ROW + 0.1
-    fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, bottom / height))
+    constrained = fig.get_layout_engine() is not None
+    if not constrained:
+        # Made in `fixed_margins`: make room below for the x axis and the legend's rows.
+        rows = math.ceil(len(handles) / ncols)
+        bottom = _X_AXIS_ROOM + rows * _LEGEND_ROW + 0.1
+        fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, bottom / height))
     fig.legend(
         handles=list(handles),
-        loc="lower center",
+        loc="outside lower center" if constrained else "lower center",
         ncols=ncols,
         fontsize="small",
         frameon=False,
-        borderaxespad=0.2,
+        borderaxespad=0.5 if constrained else 0.2,
     )

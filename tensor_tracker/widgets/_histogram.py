@@ -130,7 +130,12 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
         """Update the dependent dropdowns from the module down."""
         with quiet:
             own = candidates()
-            whats = list(dict.fromkeys((s.kind, s.attr) for s in own))
+            # What the module has in the chosen direction (a Hugging Face model's own
+            # output is a ModelOutput, with gradients but no forward tensor): offering the
+            # rest would open on an error.
+            grad = c["grad"].value
+            whats = list(dict.fromkeys((s.kind, s.attr) for s in own if s.grad == grad))
+            whats = whats or list(dict.fromkeys((s.kind, s.attr) for s in own))
             set_options(
                 c["what"],
                 [(k + (f" {a}" if a else ""), (k, a)) for k, a in whats],

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 import tensor_tracker
+from examples import zoo
 from examples.zoo import ResNet18, bert, encoder
 from tensor_tracker import Tracker, plot
 from tensor_tracker import stats as tt_stats
@@ -30,13 +31,7 @@ RECORDED = [*tt_stats.DEFAULT, tt_stats.histogram()]
 @pytest.fixture(scope="module")
 def bert_run() -> Tracker:
     """BERT (220 modules) with statistics and histograms over 3 training steps."""
-    model = bert()
-    ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(0))
-    with tensor_tracker.track(model, stats=RECORDED) as t:
-        for _ in range(3):
-            model(ids).last_hidden_state.pow(2).mean().backward()
-            t.step()
-    return t
+    return zoo.bert_run(RECORDED)
 
 
 @pytest.fixture(scope="module")

@@ -11,20 +11,14 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("transformers")
 
 import tensor_tracker
-from examples.zoo import bert
+from examples.zoo import bert_run
 from tensor_tracker import Tracker, stats, widgets
 from tests.plot.test_at_scale import check_readable
 
 
 @pytest.fixture(scope="module")
 def bert_steps() -> Tracker:
-    model = bert()
-    ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(0))
-    with tensor_tracker.track(model, stats=["rms", "abs_max"]) as t:
-        for _ in range(3):
-            model(ids).last_hidden_state.pow(2).mean().backward()
-            t.step()
-    return t
+    return bert_run(["rms", "abs_max"])
 
 
 def drawn(viewer: object) -> list[str]:

@@ -295,3 +295,28 @@ def test_history_viewer_empty_tracker_shows_message() -> None:
     v = widgets.history_viewer(Tracker())
     assert v.figure is None and v.heatmap_figure is None
     assert "holds no stashes" in v.message.value
+
+
+def test_histogram_viewer_offers_what_the_module_has_in_that_direction() -> None:
+    # The root returns a dict: gradients of its tensors are recorded, its forward value is
+    # not a tensor; its input is.
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> dict[str, object]:
+            return {"y": self.linear(x), "note": "not a tensor"}
+
+    from tensor_tracker.stats import histogram
+
+    model = Model()
+    with track(model, stats=["rms", histogram()], capture=("outputs", "inputs")) as t:
+        model(torch.randn(2, 3))["y"].sum().backward()
+    v = widgets.histogram_viewer(t)
+    v.controls["module"].value = ""
+    assert [value for _, value in v.controls["what"].options] == [("input", "x")]
+    assert v.figure is not None, v.message.value
+    v.controls["grad"].value = True
+    assert ("output", "") in [value for _, value in v.controls["what"].options]
+    assert v.figure is not None, v.message.value
