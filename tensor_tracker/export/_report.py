@@ -13,10 +13,12 @@ from typing import Any
 
 from .._optional import require
 from ..data.graph import ModuleGraph
+from .._validate import check_type
+from ..errors import ArgumentValueError
 from ..stats.formats import FORMATS
 from ._columns import columns_of
 
-__all__ = ["report"]
+__all__ = ["page", "report"]
 
 # The statistics a report shows (those recorded), in this order.
 _STATS = ("rms", "abs_max", "mean", "std", "min", "max", "nonfinite", "fp16_overflow")
@@ -53,6 +55,20 @@ def _tree_order(names: list[str]) -> list[str]:
         return [earliest[".".join(parts[: k + 1])] for k in range(len(parts))]
 
     return sorted(names, key=key)
+
+
+def _nothing_recorded(title: str) -> dict[str, Any]:
+    """The payload of a page that shows a graph alone."""
+    return {
+        "title": title,
+        "steps": [],
+        "modules": [],
+        "stats": [],
+        "series": [],
+        "hist": None,
+        "formats": {},
+        "log": {"scalars": {}, "notes": []},
+    }
 
 
 def _payload(recording: Any, title: str) -> dict[str, Any]:
@@ -142,6 +158,25 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
     }
 
 
+def page(
+    recording: Any | None, graph: ModuleGraph | None, title: str, view: str = "report"
+) -> str:
+    """The HTML of the page `report` writes (`view="report"`), or of the graph view (`"graph"`:
+    the module graph beside the picked node's facts and statistics, nothing else)."""
+    if recording is None and graph is None:
+        raise ArgumentValueError("pass a recording, a graph= (module_graph) or both")
+    if graph is not None:
+        check_type(graph, ModuleGraph, "graph=", "a tensor_tracker.module_graph(model, inputs)")
+    payload = _nothing_recorded(title) if recording is None else _payload(recording, title)
+    payload["graph"] = None if graph is None else graph.to_dict()
+    payload["view"] = view
+    data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+    text = resources.files(__package__).joinpath("report.html").read_text()
+    return text.replace("__TITLE__", html.escape(title)).replace(
+        "__DATA__", data.replace("</", "<\\/")
+    )
+
+
 def report(
     recording: Any,
     path: str | os.PathLike[str],
@@ -179,13 +214,5 @@ def report(
         >>> tensor_tracker.report(t, "run.html")  # doctest: +SKIP
     """
     path = Path(path)
-    title = title or path.stem
-    payload = _payload(recording, title)
-    payload["graph"] = None if graph is None else graph.to_dict()
-    data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
-    page = resources.files(__package__).joinpath("report.html").read_text()
-    page = page.replace("__TITLE__", html.escape(title)).replace(
-        "__DATA__", data.replace("</", "<\\/")
-    )
-    path.write_text(page)
+    path.write_text(page(recording, graph, title or path.stem))
     return path

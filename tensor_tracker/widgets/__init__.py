@@ -1,6 +1,6 @@
 """Notebook viewers (ipywidgets) around the figures of `tensor_tracker.plot`.
 
-Each viewer is an `ipywidgets.VBox`: controls on top, the figure below (rendered to a PNG
+Each viewer is an `ipywidgets.VBox`: controls on top, the figure below (rendered to an SVG
 image, so it works in any notebook front end without a matplotlib backend). Display it by
 leaving it as the last expression of a cell. Only what a control changes is redrawn.
 
@@ -17,6 +17,9 @@ For scripting and tests each viewer also carries:
 ipywidgets and matplotlib are imported when a viewer is built
 (`pip install 'tensor-tracker[widgets]'`).
 
+`graph_view` is different: the module graph as an interactive page inside the notebook
+(no ipywidgets, no kernel needed once drawn).
+
 Example:
     >>> from tensor_tracker import widgets
     >>> with tensor_tracker.track(model) as t:
@@ -25,9 +28,13 @@ Example:
 """
 
 from ._embedding import umap_viewer
+from ._graph import GraphView, graph_view
 from ._histogram import histogram_viewer
 from ._history import history_viewer
 from ._live import live_view
 from ._scale import scale_viewer
 
-__all__ = ["histogram_viewer", "history_viewer", "live_view", "scale_viewer", "umap_viewer"]
+__all__ = [
+    "GraphView",
+    "graph_view",
+    "histogram_viewer", "history_viewer", "live_view", "scale_viewer", "umap_viewer"]

@@ -1,0 +1,97 @@
+"""`graph_view`: the module graph, interactive, inside a notebook output."""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+from .._validate import check_type
+from ..data.graph import ModuleGraph
+from ..errors import ArgumentValueError
+from ..export._report import page
+
+__all__ = ["GraphView", "graph_view"]
+
+
+class GraphView:
+    """The module graph with its interactions, shown in a notebook cell (see `graph_view`).
+
+    Attributes:
+        html: the page itself: one self-contained HTML document (scripts, styles and data
+            inside; it loads nothing).
+        height: the height of the frame in the notebook, in pixels.
+    """
+
+    def __init__(self, page_html: str, height: int) -> None:
+        self.html = page_html
+        self.height = height
+
+    def _repr_html_(self) -> str:
+        # A frame holds the page: its script runs in any front end that shows HTML outputs
+        # (JupyterLab, Notebook 7, VS Code, a notebook converted to HTML), with no kernel,
+        # no widget extension, and nothing shared with the notebook's own page. Sandboxed:
+        # scripts only, no access to the notebook.
+        return (
+            f'<iframe class="tensor-tracker-graph" sandbox="allow-scripts" '
+            f'style="width: 100%; height: {self.height}px; border: 1px solid #ddd" '
+            f'srcdoc="{html.escape(self.html, quote=True)}"></iframe>'
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the view as a standalone HTML file (opens from disk, no server, no network);
+        returns the path."""
+        path = Path(path)
+        path.write_text(self.html)
+        return path
+
+
+def graph_view(
+    graph: ModuleGraph,
+    recording: Any | None = None,
+    *,
+    height: int = 560,
+    title: str = "module graph",
+) -> GraphView:
+    """The module graph as an interactive view in the notebook: click "+" on a node to open
+    the module (a breadcrumb leads back up), hover a node for its shapes, parameters and
+    `extra_repr` fields, click a node to highlight what it depends on (green) and what
+    depends on it (red) and to show its facts beside the graph. With a `recording`, the
+    picked module's statistics over the recorded steps (and its histogram, when recorded)
+    are shown there too, with a step slider and a statistic picker.
+
+    The view is one self-contained page in a sandboxed frame: it needs no ipywidgets and no
+    running kernel, and stays interactive in a saved notebook opened again or converted to
+    HTML. `view.save("graph.html")` writes it as a file to share. For a static picture (a
+    paper, a notebook viewer that shows no HTML), use `graph.to_svg()` or `graph.to_dot()`.
+
+    Args:
+        graph: `tensor_tracker.module_graph(model, inputs)`.
+        recording: a `Tracker` (live or `load`ed) whose statistics to show per module; its
+            module names must be those of the graph's model. Optional.
+        height: the frame's height in the notebook, in pixels (the graph scrolls inside).
+        title: the page's title (shown at the top and by `save`).
+
+    Returns:
+        A `GraphView`: shown by leaving it as a cell's last expression.
+
+    Raises:
+        TypeError: `graph` is not a module graph, `recording` not a tracker, or `height` not
+            an int.
+        ValueError: `height` below 200.
+
+    Example:
+        >>> graph = tensor_tracker.module_graph(model, batch)
+        >>> with tensor_tracker.track(model, stats=True) as t:
+        ...     for batch in batches:
+        ...         model(batch).sum().backward(); t.step()
+        >>> widgets.graph_view(graph, t)  # doctest: +SKIP
+    """
+    check_type(graph, ModuleGraph, "graph", "a tensor_tracker.module_graph(model, inputs)")
+    if not isinstance(height, int) or isinstance(height, bool):
+        check_type(height, int, "height=", "an int (pixels)")
+    if height < 200:
+        raise ArgumentValueError(f"height= must be at least 200 (pixels), got {height}")
+    check_type(title, str, "title=", "a str")
+    return GraphView(page(recording, graph, title, view="graph"), height)
