@@ -48,8 +48,9 @@ def module_graph(
     image with `fig.savefig("graph.png", dpi=150)` (or `.pdf`, `.svg`): no Graphviz needed.
 
     The figure is at most 14 inches wide and `MAX_HEIGHT` (40) tall; a larger level is
-    shrunk, text included. Levels hold at most `max_nodes` calls (see
-    `tensor_tracker.module_graph`), so a figure never holds more than about 100 boxes.
+    shrunk, text included (save such a figure with `dpi=200` to keep its text legible).
+    Levels hold at most `max_nodes` calls (see `tensor_tracker.module_graph`), so a figure
+    never holds more than about 100 boxes.
 
     Args:
         graph: the graph `tensor_tracker.module_graph(model, x)` returned.
