@@ -39,6 +39,7 @@ from ..errors import ArgumentValueError
 
 __all__ = [
     "MAX_NODES",
+    "NODE_COLOURS",
     "GraphEdge",
     "GraphNode",
     "ModuleGraph",
@@ -405,7 +406,8 @@ def module_graph(
         max_nodes: the most child calls one level shows; a level with more shows groups of
             consecutive calls instead (`"0 … 99 (Linear \u00d7100)"`), each opened with
             `graph.level(group_id)` or in the report, and split again while too large
-            (`graph.notes` lists them). `None`: never group.
+            (`graph.notes` lists them). `None`: never group. (Being `module_graph`'s own
+            argument, a model keyword argument of that name cannot be passed through.)
 
     Returns:
         A `ModuleGraph`: `graph.level()` for the top level, `graph.level("encoder#0")` one

@@ -3,6 +3,7 @@ with matplotlib, so that a graph saves as PNG or PDF without Graphviz or a brows
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,11 +33,15 @@ _CHARS = 24
 _OP_COLOURS = {"op": "#eef3ff", "param": "#fde2e2", "input": "#e2ecfd", "output": "#eeeeee"}
 
 
+@dataclasses.dataclass
 class _Box:
     """One box to draw: its id (for the patch's `gid`), text, fill, and outline."""
 
-    def __init__(self, id: str, text: str, fill: str, dashed: bool = False, round: bool = True):
-        self.id, self.text, self.fill, self.dashed, self.round = id, text, fill, dashed, round
+    id: str
+    text: str
+    fill: str
+    dashed: bool = False
+    round: bool = True
 
 
 def module_graph(
