@@ -14,7 +14,11 @@ from ..core.structure import iter_tensors
 from ..errors import ArgumentValueError
 from .graph import _ARROW, GraphEdge, _layout, edge_svg, record_calls
 
-__all__ = ["AutogradGraph", "OpNode", "autograd_graph"]
+__all__ = ["MAX_DRAWN", "AutogradGraph", "OpNode", "autograd_graph"]
+
+MAX_DRAWN = 600
+"""The most nodes `to_svg` (and a notebook's display) draws unless told otherwise: beyond,
+a layered picture of operations is too large to read or to render quickly."""
 
 
 @dataclasses.dataclass
@@ -63,27 +67,67 @@ class AutogradGraph:
         nodes: `OpNode`s by id; `edges`: `GraphEdge`s in the direction data flows.
     """
 
-    def __init__(self, nodes: dict[str, OpNode], edges: list[GraphEdge]) -> None:
+    def __init__(
+        self,
+        nodes: dict[str, OpNode],
+        edges: list[GraphEdge],
+        calls: dict[str, str | None] | None = None,
+    ) -> None:
         self.nodes = nodes
         self.edges = edges
+        # Each module call's enclosing call, so that `module=` takes its submodules' too.
+        self._parents = calls or {}
 
     def __len__(self) -> int:
         return len(self.nodes)
 
+    def __repr__(self) -> str:
+        params = sum(n.kind == "param" for n in self.nodes.values())
+        text = f"AutogradGraph({len(self)} nodes, {params} parameters)"
+        if len(self) > MAX_DRAWN:
+            text += (
+                "; too many to draw at once: to_svg(module='<call id>') draws one module "
+                "call's operations, to_dot() writes them all"
+            )
+        return text
+
+    def _within(self, owner: str | None, module: str) -> bool:
+        while owner is not None:
+            if owner == module:
+                return True
+            owner = self._parents.get(owner)
+        return False
+
     def _select(self, module: str | None) -> tuple[list[OpNode], list[GraphEdge]]:
         if module is None:
             return list(self.nodes.values()), self.edges
-        inside = [n for n in self.nodes.values() if (n.module or "").startswith(module)]
+        inside = [n for n in self.nodes.values() if self._within(n.module, module)]
         if not inside:
             modules = sorted({n.module for n in self.nodes.values() if n.module})[:8]
             raise ArgumentValueError(f"autograd_graph: no operation of {module!r}; e.g. {modules}")
         ids = {n.id for n in inside}
         return inside, [e for e in self.edges if e.source in ids and e.target in ids]
 
+    def drawn(
+        self, module: str | None = None, max_nodes: int = MAX_DRAWN
+    ) -> tuple[list[OpNode], list[GraphEdge], dict[str, tuple[float, float]]]:
+        """The nodes, edges and layered layout (`{id: (x, y)}`) that `to_svg` draws.
+
+        Raises:
+            ValueError: more than `max_nodes` to draw, or no operation of `module`.
+        """
+        nodes, edges = self._select(module)
+        if len(nodes) > max_nodes:
+            raise ArgumentValueError(
+                f"autograd_graph: {len(nodes)} operations are too many to draw usefully; "
+                f"draw one module's with to_svg(module=...) or raise max_nodes="
+            )
+        return nodes, edges, _layout(nodes, edges)  # type: ignore[arg-type]
+
     def to_dot(self, module: str | None = None, cluster: bool = True) -> str:
         """Graphviz DOT text: operations as boxes, parameters as red ellipses, inputs blue;
         with `cluster`, each module call's operations in a box of their own. `module`
-        keeps the operations of one call (and its submodules') only."""
+        keeps the operations of one call (and of the calls inside it) only."""
         nodes, edges = self._select(module)
         lines = ["digraph autograd {", "  node [fontsize=10];"]
         style = {
@@ -109,20 +153,15 @@ class AutogradGraph:
         lines.append("}")
         return "\n".join(lines)
 
-    def to_svg(self, module: str | None = None, max_nodes: int = 600) -> str:
+    def to_svg(self, module: str | None = None, max_nodes: int = MAX_DRAWN) -> str:
         """A standalone SVG (layered, inputs and parameters on top; hover a box for its
-        module and saved tensors). `module` draws one call's operations only.
+        module and saved tensors). `module` draws the operations of one call, e.g.
+        `"encoder.layer.0#0"`, and of the calls inside it.
 
         Raises:
             ValueError: more than `max_nodes` to draw (pick a `module`).
         """
-        nodes, edges = self._select(module)
-        if len(nodes) > max_nodes:
-            raise ArgumentValueError(
-                f"autograd_graph: {len(nodes)} operations are too many to draw usefully; "
-                f"draw one module's with to_svg(module=...) or raise max_nodes="
-            )
-        positions = _layout(nodes, edges)  # type: ignore[arg-type]
+        nodes, edges, positions = self.drawn(module, max_nodes)
         w, h = 150, 30
         width = max((x for x, _ in positions.values()), default=0) + w + 150
         height = max((y for _, y in positions.values()), default=0) + h + 20
@@ -148,8 +187,10 @@ class AutogradGraph:
         out.append("</svg>")
         return "\n".join(out)
 
-    def _repr_svg_(self) -> str:
-        return self.to_svg() if len(self.nodes) <= 600 else self.to_svg(max_nodes=len(self))
+    def _repr_svg_(self) -> str | None:
+        # A notebook shows the graph as an image up to MAX_DRAWN nodes; a larger one as
+        # `repr`, which says how to draw a part: thousands of boxes would stall the browser.
+        return self.to_svg() if len(self) <= MAX_DRAWN else None
 
 
 def autograd_graph(
@@ -225,7 +266,7 @@ def autograd_graph(
     _attribute(calls, ids, nodes)
     # Execution order for the layout: ops discovered from the output, reversed.
     ordered = dict(reversed(list(nodes.items())))
-    return AutogradGraph(ordered, edges)
+    return AutogradGraph(ordered, edges, {c.node.id: c.node.parent for c in calls})
 
 
 def _attribute(calls: list[Any], ids: dict[int, str], nodes: dict[str, OpNode]) -> None:

@@ -11,6 +11,11 @@ returning it), or an input of `P`. Tensors without autograd (integer ids, masks)
 recognised by their memory, views of them included. Floating-point inputs that no walk
 reaches (made under `torch.no_grad()`, detached) are reported as disconnected.
 
+A level with more than `MAX_NODES` child calls (a `Sequential` of 500 layers) is drawn
+with consecutive calls gathered into group nodes (kind `"group"`), each expandable like a
+call: its level holds an input placeholder, the grouped calls wired as in the parent level,
+and an output placeholder; `graph.notes` says which levels were grouped.
+
 A pure-Python layered layout (longest-path layers, barycentre ordering) gives each node of
 each level a position, so the graph draws without Graphviz or a browser library: as SVG
 (`to_svg`), DOT text (`to_dot`), or in `tensor_tracker.report(..., graph=...)`.
@@ -21,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -33,6 +38,8 @@ from ..core.structure import iter_tensors, rmap_tensor
 from ..errors import ArgumentValueError
 
 __all__ = [
+    "MAX_NODES",
+    "NODE_COLOURS",
     "GraphEdge",
     "GraphNode",
     "ModuleGraph",
@@ -43,19 +50,33 @@ __all__ = [
 ]
 
 
+MAX_NODES = 100
+"""The most child calls `module_graph` draws in one level; above, consecutive calls are
+grouped. 100 keeps the layer stacks of real models in one level (BERT's 12 to 24 layers,
+GPT-3's 96, an 80-layer Llama with its embedding and norm) while a level stays an image a
+browser draws at once (100 boxes in a chain: about 7,500 pixels tall)."""
+
+
 @dataclasses.dataclass
 class GraphNode:
-    """A module call, or an input/output placeholder of the call whose level is drawn.
+    """A module call, an input/output placeholder of the call whose level is drawn, or a
+    group of consecutive calls of a level that had too many (see `MAX_NODES`).
 
     Attributes:
-        id: unique: `"<name>#<call>"`, `"<parent id>/input"`, `"<parent id>/output"`.
-        name: the module's name (`""` for the model); `call`: which call of it.
-        type: the class name; `kind`: `"module"`, `"input"` or `"output"`.
-        parent: the id of the enclosing call (`None` for the model's).
-        inputs, outputs: shape and dtype strings of each tensor going in and out.
+        id: unique: `"<name>#<call>"`, `"<parent id>/input"`, `"<parent id>/output"`,
+            `"<parent id>/group<k>"`.
+        name: the module's name (`""` for the model); `call`: which call of it. A group's
+            name is the range of calls it holds, `"layers.0 … layers.99"`.
+        type: the class name (a group's: `"Linear \u00d7100"`, or the count and the types);
+            `kind`: `"module"`, `"input"`, `"output"` or `"group"`.
+        parent: the id of the enclosing call, or of the group that holds the call (`None`
+            for the model's).
+        inputs, outputs: shape and dtype strings of each tensor going in and out (a
+            group's: those of its first call in, of its last call out).
         params: parameters of the module and its submodules (each once).
         extra: the module's `extra_repr()` as fields, e.g. `{"in_features": "3"}`.
-        children: whether the call has submodule calls (it can be expanded).
+        children: whether the node has a level of its own (it can be expanded).
+        label: what its box shows, e.g. `"query (Linear)"`, `"0 … 99 (Linear \u00d7100)"`.
     """
 
     id: str
@@ -69,6 +90,7 @@ class GraphNode:
     params: int = 0
     extra: dict[str, str] = dataclasses.field(default_factory=dict)
     children: bool = False
+    label: str = ""
 
 
 @dataclasses.dataclass
@@ -134,11 +156,15 @@ class ModuleGraph:
     """The module graph of one forward pass, at every level (see the module docstring).
 
     Attributes:
-        nodes: every node by id (calls of every depth and the placeholders).
+        nodes: every node by id (calls of every depth, the placeholders and the groups).
         root: the id of the model's call.
+        edges: each level's edges, by the id of the level's call (or group).
         disconnected: `(node id, input index)` of inputs no walk reached.
+        notes: what the reader should know, e.g. which levels had too many calls to draw
+            as they are and were grouped (also shown by `repr(graph)`).
 
-    Use `level(id)` for one level's nodes, edges and layout, `to_svg`, `to_dot`, `to_dict`.
+    Use `level(id)` for one level's nodes, edges and layout, `to_svg`, `to_dot`, `to_dict`;
+    `tensor_tracker.plot.module_graph(graph)` for a matplotlib figure (PNG, PDF).
     """
 
     def __init__(self, nodes: dict[str, GraphNode], root: str) -> None:
@@ -146,6 +172,14 @@ class ModuleGraph:
         self.root = root
         self.edges: dict[str, list[GraphEdge]] = {}
         self.disconnected: list[tuple[str, int]] = []
+        self.notes: list[str] = []
+
+    def __repr__(self) -> str:
+        calls = sum(n.kind == "module" for n in self.nodes.values())
+        levels = sum(n.children for n in self.nodes.values())
+        lines = [f"ModuleGraph({calls} module calls, {levels} levels, root {self.root!r})"]
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
 
     def children(self, parent: str) -> list[GraphNode]:
         """The nodes of `parent`'s level: its input placeholder, its child calls in the
@@ -167,13 +201,17 @@ class ModuleGraph:
     def to_dict(self) -> dict[str, Any]:
         """Every node and every level's edges and layout, as plain data (what the report
         embeds)."""
+        # One pass over the nodes rather than one per level: models have thousands of calls.
+        members: dict[str | None, list[GraphNode]] = {}
+        for node in self.nodes.values():
+            members.setdefault(node.parent, []).append(node)
         levels = {}
         for parent in [self.root, *(n.id for n in self.nodes.values() if n.children)]:
-            level = self.level(parent)
+            nodes, edges = members.get(parent, []), self.edges.get(parent, [])
             levels[parent] = {
-                "nodes": [n.id for n in level["nodes"]],
-                "edges": [dataclasses.asdict(e) for e in level["edges"]],
-                "positions": level["positions"],
+                "nodes": [n.id for n in nodes],
+                "edges": [dataclasses.asdict(e) for e in edges],
+                "positions": _layout(nodes, edges),
             }
         return {
             "root": self.root,
@@ -190,10 +228,10 @@ class ModuleGraph:
         """The level of `parent` as Graphviz DOT text."""
         level = self.level(parent)
         lines = ["digraph modules {", "  rankdir=TB; node [shape=box, fontsize=10];"]
+        shapes = {"module": "box", "group": "box, style=dashed"}
         for n in level["nodes"]:
             label = _label(n).replace('"', '\\"')
-            shape = "ellipse" if n.kind != "module" else "box"
-            lines.append(f'  "{n.id}" [label="{label}", shape={shape}];')
+            lines.append(f'  "{n.id}" [label="{label}", shape={shapes.get(n.kind, "ellipse")}];')
         for e in level["edges"]:
             lines.append(f'  "{e.source}" -> "{e.target}" [label="{e.shape}", fontsize=8];')
         lines.append("}")
@@ -220,10 +258,11 @@ class ModuleGraph:
             out.append(edge_svg(x1 + _W / 2 + 10, y1 + _H + 10, x2 + _W / 2 + 10, y2 + 10, _H))
         for n in level["nodes"]:
             x, y = positions[n.id]
-            fill = "#eef3ff" if n.kind == "module" else "#f3f3f3"
+            fill = NODE_COLOURS[n.kind]
+            dash = ' stroke-dasharray="5 3"' if n.kind == "group" else ""
             out.append(
                 f'<g><title>{html.escape(_tooltip(n))}</title><rect x="{x + 10}" y="{y + 10}" '
-                f'width="{_W}" height="{_H}" rx="6" fill="{fill}" stroke="#557"/>'
+                f'width="{_W}" height="{_H}" rx="6" fill="{fill}" stroke="#557"{dash}/>'
                 f'<text x="{x + 10 + _W / 2}" y="{y + 10 + _H / 2 + 4}" text-anchor="middle">'
                 f"{html.escape(_label(n))}</text></g>"
             )
@@ -250,7 +289,13 @@ def edge_svg(x1: float, y1: float, x2: float, y2: float, height: float) -> str:
     return f'<path d="{path}" fill="none" stroke="#888" marker-end="url(#arrow)"/>'
 
 
+NODE_COLOURS = {"module": "#eef3ff", "group": "#fff4dc", "input": "#f3f3f3", "output": "#f3f3f3"}
+"""Box fill of each kind of node (SVG, report and matplotlib draw alike)."""
+
+
 def _label(node: GraphNode) -> str:
+    if node.label:
+        return node.label
     if node.kind != "module":
         return node.kind
     short = node.name.rsplit(".", 1)[-1] or "<model>"
@@ -259,6 +304,8 @@ def _label(node: GraphNode) -> str:
 
 def _tooltip(node: GraphNode) -> str:
     lines = [node.name or "<model>", node.type]
+    if node.kind == "group":
+        lines.append(f"expand it: graph.level({node.id!r})")
     lines += [f"in: {s}" for s in node.inputs] + [f"out: {s}" for s in node.outputs]
     if node.params:
         lines.append(f"params: {node.params:,}")
@@ -347,13 +394,20 @@ def _keys(tensors: list[tuple[Tensor, Any]]) -> Iterator[tuple[str, int]]:
             yield ("tensor", id(tensor))
 
 
-def module_graph(model: nn.Module, *inputs: Any, **kwargs: Any) -> ModuleGraph:
+def module_graph(
+    model: nn.Module, *inputs: Any, max_nodes: int | None = MAX_NODES, **kwargs: Any
+) -> ModuleGraph:
     """Run `model(*inputs, **kwargs)` once (with autograd recording) and return its module
     graph at every level (see the module docstring). The hooks are removed afterwards.
 
     Args:
         model: the model.
         *inputs, **kwargs: what to call it with.
+        max_nodes: the most child calls one level shows; a level with more shows groups of
+            consecutive calls instead (`"0 … 99 (Linear \u00d7100)"`), each opened with
+            `graph.level(group_id)` or in the report, and split again while too large
+            (`graph.notes` lists them). `None`: never group. (Being `module_graph`'s own
+            argument, a model keyword argument of that name cannot be passed through.)
 
     Returns:
         A `ModuleGraph`: `graph.level()` for the top level, `graph.level("encoder#0")` one
@@ -361,6 +415,7 @@ def module_graph(model: nn.Module, *inputs: Any, **kwargs: Any) -> ModuleGraph:
 
     Raises:
         TypeError: `model` is not an `nn.Module`.
+        ValueError: `max_nodes` is below 2.
         Exception: what the model raised (the hooks are removed).
 
     Example:
@@ -370,6 +425,12 @@ def module_graph(model: nn.Module, *inputs: Any, **kwargs: Any) -> ModuleGraph:
         >>> [(e.source, e.target) for e in graph.level()["edges"]][:2]
         [('<model>#0/input', '0#0'), ('0#0', '1#0')]
     """
+    if max_nodes is not None and (isinstance(max_nodes, bool) or not isinstance(max_nodes, int)):
+        raise ArgumentValueError(
+            f"module_graph: max_nodes must be an int or None, got {max_nodes!r}"
+        )
+    if max_nodes is not None and max_nodes < 2:
+        raise ArgumentValueError(f"module_graph: max_nodes must be at least 2, got {max_nodes}")
     calls, _ = record_calls(model, inputs, kwargs)
     nodes = {c.node.id: c.node for c in calls}
     root = calls[0].node.id
@@ -377,7 +438,142 @@ def module_graph(model: nn.Module, *inputs: Any, **kwargs: Any) -> ModuleGraph:
     for call in calls:
         if call.children:
             _connect(graph, call)
+    if max_nodes is not None:
+        _bound_levels(graph, max_nodes)
+    for node in graph.nodes.values():
+        node.label = _label(node)
     return graph
+
+
+def _bound_levels(graph: ModuleGraph, limit: int) -> None:
+    """Group the calls of every level with more than `limit` of them (see `_group`), and
+    say so in `graph.notes`."""
+    levels: dict[str, list[GraphNode]] = {}
+    for node in graph.nodes.values():
+        if node.kind == "module" and node.parent is not None:
+            levels.setdefault(node.parent, []).append(node)
+    # Nodes to insert before a node (a group and its input placeholder go before its first
+    # call), so that `children` lists each level in order; output placeholders go last.
+    before: dict[str, list[GraphNode]] = {}
+    last: list[GraphNode] = []
+    for parent, calls in levels.items():
+        if len(calls) <= limit:
+            continue
+        groups = _group(graph, parent, calls, limit, before, last)
+        graph.notes.append(
+            f"level {parent!r} has {len(calls)} calls, more than max_nodes={limit}: it shows "
+            f"{len(groups)} groups of consecutive calls; open one with "
+            f"graph.level({groups[0].id!r}), or pass max_nodes=None to module_graph"
+        )
+    if not before:
+        return
+    items: list[tuple[str, GraphNode]] = []
+    for key, node in graph.nodes.items():
+        items += [(n.id, n) for n in before.get(key, ())]
+        items.append((key, node))
+    items += [(n.id, n) for n in last]
+    graph.nodes.clear()
+    graph.nodes.update(items)
+
+
+def _group(
+    graph: ModuleGraph,
+    parent: str,
+    calls: list[GraphNode],
+    limit: int,
+    before: dict[str, list[GraphNode]],
+    last: list[GraphNode],
+) -> list[GraphNode]:
+    """Replace `calls` (the nodes of `parent`'s level, in order) by as few groups of
+    consecutive ones as keep each group's level within `limit` after grouping it again
+    (`limit` groups of `limit` calls, or of `limit` groups, ...), of near-equal sizes;
+    remap the level's edges to the groups and give each group a level of its own."""
+    capacity = limit
+    while capacity * limit < len(calls):
+        capacity *= limit
+    count = -(-len(calls) // capacity)
+    size, extra = divmod(len(calls), count)
+    owner: dict[str, str] = {}
+    groups: list[tuple[GraphNode, list[GraphNode]]] = []
+    start = 0
+    for k in range(count):
+        members = calls[start : start + size + (k < extra)]
+        start += len(members)
+        group = _group_node(f"{parent}/group{k}", parent, members)
+        for member in members:
+            member.parent = group.id
+            owner[member.id] = group.id
+        groups.append((group, members))
+    edges = graph.edges.get(parent, [])
+    for group, members in groups:
+        source = GraphNode(f"{group.id}/input", group.name, 0, "", "input", group.id)
+        source.outputs = group.inputs
+        sink = GraphNode(f"{group.id}/output", group.name, 0, "", "output", group.id)
+        sink.inputs = group.outputs
+        before.setdefault(members[0].id, []).extend([group, source])
+        last.append(sink)
+        # The group's level: edges between its calls as they are, edges from or to the rest
+        # of the parent's level through the group's placeholders.
+        inside = {m.id for m in members}
+        graph.edges[group.id] = _dedupe(
+            GraphEdge(
+                e.source if e.source in inside else source.id,
+                e.target if e.target in inside else sink.id,
+                e.shape,
+            )
+            for e in edges
+            if e.source in inside or e.target in inside
+        )
+    graph.edges[parent] = _dedupe(
+        GraphEdge(owner.get(e.source, e.source), owner.get(e.target, e.target), e.shape)
+        for e in edges
+    )
+    for group, members in groups:
+        if len(members) > limit:
+            _group(graph, group.id, members, limit, before, last)
+    return [group for group, _ in groups]
+
+
+def _dedupe(edges: Iterable[GraphEdge]) -> list[GraphEdge]:
+    """The first edge of each (source, target) pair, without self-loops (calls grouped
+    together)."""
+    found: dict[tuple[str, str], GraphEdge] = {}
+    for e in edges:
+        if e.source != e.target:
+            found.setdefault((e.source, e.target), e)
+    return list(found.values())
+
+
+def _group_node(id: str, parent: str, members: list[GraphNode]) -> GraphNode:
+    """A group of consecutive calls (or of groups), named by the range of calls it holds."""
+    first, end = members[0], members[-1]
+    if first.kind == "group":  # a group of groups: its range is from theirs
+        first_name, end_name = first.name.split(" … ")[0], end.name.split(" … ")[-1]
+        count = sum(int(m.extra["calls"]) for m in members)
+        types = {t: None for m in members for t in m.extra["types"].split(", ")}
+    else:
+        first_name, end_name = _call_name(first), _call_name(end)
+        count = len(members)
+        types = {m.type: None for m in members}
+    kinds = ", ".join(types)
+    node = GraphNode(id, f"{first_name} … {end_name}", 0, "", "group", parent, children=True)
+    node.type = f"{kinds} \u00d7{count}" if len(types) == 1 else f"{count} calls: {kinds}"
+    node.inputs, node.outputs = first.inputs, end.outputs
+    # Each module's parameters once, whichever number of its calls are grouped.
+    node.params = sum({m.name: m.params for m in members if m.kind == "module"}.values())
+    node.params += sum(m.params for m in members if m.kind == "group")
+    node.extra = {"calls": str(count), "types": kinds}
+    short = f"{_short(first_name)} … {_short(end_name)}"
+    node.label = f"{short} ({node.type if len(types) == 1 else f'{count} calls'})"
+    return node
+
+
+def _call_name(node: GraphNode) -> str:
+    return (node.name or "<model>") + (f" #{node.call}" if node.call else "")
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
 
 
 def record_calls(

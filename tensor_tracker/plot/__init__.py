@@ -5,6 +5,8 @@
 - `umap_plot`: each token's path through the layers, embedded in 2-D (UMAP or PCA).
 - `history`: a statistic over training steps, per module.
 - `histogram_heatmap`: one module's histogram over training steps.
+- `module_graph`, `autograd_graph`: a level of `tensor_tracker.module_graph`, or the
+  operations of `tensor_tracker.autograd_graph`, as a figure (PNG/PDF with `fig.savefig`).
 
 Every function returns a `matplotlib.figure.Figure` built without pyplot, so it works
 headless and leaves no global state behind; in a notebook the returned figure displays
@@ -18,22 +20,28 @@ Example:
     ...     model(x).sum().backward()
     >>> fig = plot.scale_plot(t)           # rms per module, forward and gradient
     >>> fig = plot.histogram(t[0], log2=True)  # log2|x| of the first stash
+    >>> graph = tensor_tracker.module_graph(model, x)
+    >>> plot.module_graph(graph).savefig("graph.png")  # doctest: +SKIP
 """
 
 from ..data.embedding import MAX_TOKENS, default_layers
 from ._embedding import umap_plot
 from ._figure import DEFAULT_FORMATS
+from ._graph import MAX_HEIGHT, autograd_graph, module_graph
 from ._histogram import histogram
 from ._history import histogram_heatmap, history
 from ._scale import scale_plot
 
 __all__ = [
     "DEFAULT_FORMATS",
+    "MAX_HEIGHT",
     "MAX_TOKENS",
+    "autograd_graph",
     "default_layers",
     "histogram",
     "histogram_heatmap",
     "history",
+    "module_graph",
     "scale_plot",
     "umap_plot",
 ]

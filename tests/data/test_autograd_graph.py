@@ -1,5 +1,6 @@
 """`autograd_graph`: operations, named parameters, saved tensors, and the module call that
-made each operation, on in-place ops, views, BatchNorm and a custom autograd.Function."""
+made each operation, on in-place ops, views, BatchNorm and a custom autograd.Function; the
+models issue #13 names; the bound on what is drawn."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from tensor_tracker import autograd_graph
+from tensor_tracker.data.autograd_graph import MAX_DRAWN
+from tests import graph_models
 
 
 class Double(torch.autograd.Function):
@@ -76,3 +79,42 @@ def test_dot_clusters_and_svg_limits() -> None:
         graph.to_svg(max_nodes=3)
     with pytest.raises(ValueError, match="no operation"):
         graph.to_svg(module="nope")
+
+
+def test_module_takes_the_calls_inside_it() -> None:
+    graph = autograd_graph(_model(), torch.randn(5, 3))
+    block = {n.op for n in graph._select("1#0")[0]}
+    assert {"NativeBatchNormBackward0", "AddmmBackward0", "DoubleBackward"} <= block
+    assert graph.to_svg(module="1#0").count("<rect") == len(graph._select("1#0")[0])
+    assert "1.linear#0" in graph.to_dot(module="1#0")
+    with pytest.raises(ValueError, match="no operation"):
+        graph.to_svg(module="1")  # a call's id, not a prefix of names
+
+
+@pytest.mark.parametrize("name", list(graph_models.MODELS))
+def test_the_issue_models(name: str) -> None:
+    model, args, kwargs = graph_models.MODELS[name]()
+    graph = autograd_graph(model, *args, **kwargs)
+    params = {n.label for n in graph.nodes.values() if n.kind == "param"}
+    assert params == {p for p, _ in model.named_parameters()}
+    first = next(n.module for n in graph.nodes.values() if n.module)
+    assert first is not None and f'label="{first}"' in graph.to_dot()
+    svg = graph.to_svg()
+    assert svg.count("<rect") == len(graph) and svg.count("marker-end") == len(graph.edges)
+    # Every operation of a module call is drawn with that call's.
+    top = next(n.id for n in graph.nodes.values() if n.kind == "op" and n.module)
+    owner = graph.nodes[top].module
+    assert owner is not None and graph.to_svg(module=owner).count("<rect") >= 1
+    assert repr(graph).startswith("AutogradGraph(") and graph._repr_svg_() is not None
+
+
+def test_a_graph_too_large_to_draw_says_how_to_draw_a_part() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(MAX_DRAWN // 2)])
+    graph = autograd_graph(model, torch.randn(1, 2))
+    assert len(graph) > MAX_DRAWN
+    # A notebook falls back to the text, which names the way to draw one module.
+    assert graph._repr_svg_() is None and "to_svg(module=" in repr(graph)
+    with pytest.raises(ValueError, match="too many"):
+        graph.to_svg()
+    assert graph.to_svg(module="7#0").count("<rect") == 2  # its Addmm and the T of its weight

@@ -1,6 +1,7 @@
 """`module_graph`: nodes per module call, edges found through autograd at each level, on
 residuals (in place too), modules called twice, keyword tensors, tuple outputs, no_grad and
-detached values, an LSTM and a transformer encoder; DOT and SVG."""
+detached values, an LSTM and a transformer encoder; DOT and SVG; levels with too many calls
+drawn as groups."""
 
 from __future__ import annotations
 
@@ -12,19 +13,9 @@ from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import module_graph
-from tensor_tracker.data.graph import parse_extra_repr
-
-
-class Residual(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(width, width)
-        self.act = nn.ReLU(inplace=True)
-
-    def forward(self, x: Tensor) -> Tensor:
-        h = self.act(self.linear(x))
-        h += x  # in place, in the block's own code
-        return h
+from tensor_tracker.data.graph import MAX_NODES, parse_extra_repr
+from tests import graph_models
+from tests.graph_models import Residual
 
 
 def _edges(graph: tensor_tracker.ModuleGraph, level: str | None = None) -> set[tuple[str, str]]:
@@ -205,31 +196,8 @@ def test_in_place_on_a_view_output_and_a_view_of_an_earlier_output() -> None:
 
 
 def test_a_resnet_style_cnn() -> None:
-    class BasicBlock(nn.Module):
-        def __init__(self, channels: int) -> None:
-            super().__init__()
-            self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-            self.bn1 = nn.BatchNorm2d(channels)
-            self.relu = nn.ReLU(inplace=True)
-            self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-            self.bn2 = nn.BatchNorm2d(channels)
-
-        def forward(self, x: Tensor) -> Tensor:
-            out = self.relu(self.bn1(self.conv1(x)))
-            out = self.bn2(self.conv2(out))
-            out += x
-            return self.relu(out)
-
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Conv2d(3, 8, 7, stride=2, padding=3),
-        BasicBlock(8),
-        BasicBlock(8),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 10),
-    )
-    graph = module_graph(model, torch.randn(2, 3, 32, 32))
+    model, args, _ = graph_models.resnet()
+    graph = module_graph(model, *args)
     chain = ["<model>#0/input", "0#0", "1#0", "2#0", "3#0", "4#0", "5#0", "<model>#0/output"]
     assert _edges(graph) == set(itertools.pairwise(chain))
     # Inside a block: the skip connection, and the ReLU module called twice.
@@ -265,3 +233,119 @@ def test_gpt2_with_its_cache_and_integer_ids() -> None:
         ("transformer.h.0#0", "transformer#0/output"),
         ("transformer.h.1#0", "transformer#0/output"),
     }
+
+
+@pytest.mark.parametrize("name", list(graph_models.MODELS))
+def test_every_level_of_the_issue_models_draws(name: str) -> None:
+    model, args, kwargs = graph_models.MODELS[name]()
+    graph = module_graph(model, *args, **kwargs)
+    levels = graph.to_dict()["levels"]
+    for parent, level in levels.items():
+        svg = graph.to_svg(parent)
+        assert svg.count("<rect") == len(level["nodes"]) == len(graph.children(parent))
+        assert svg.count("marker-end") == len(level["edges"]) > 0
+        dot = graph.to_dot(parent)
+        assert dot.count(" -> ") == len(level["edges"])
+        # Data flows from the level's input to its output.
+        assert f"{parent}/output" in _reach(graph, parent), parent
+    assert graph.notes == [] and "note" not in repr(graph)
+    if name == "lstm":
+        chain = ["<model>#0/input", "embed#0", "lstm#0", "head#0", "<model>#0/output"]
+        assert _edges(graph) == set(itertools.pairwise(chain))
+        assert len(graph.nodes["lstm#0"].outputs) == 3  # output, (h, c)
+        assert graph.nodes["lstm#0"].extra["num_layers"] == "2"
+
+
+def _reach(graph: tensor_tracker.ModuleGraph, level: str) -> set[str]:
+    """The nodes reached from `level`'s input along its edges."""
+    edges = _edges(graph, level)
+    reached, todo = set(), [f"{level}/input"]
+    while todo:
+        node = todo.pop()
+        reached.add(node)
+        todo += [t for s, t in edges if s == node and t not in reached]
+    return reached
+
+
+def test_a_level_of_500_calls_is_drawn_as_groups() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(500)])
+    graph = module_graph(model, torch.randn(2, 4))
+    assert MAX_NODES == 100
+    top = graph.level()["nodes"]
+    groups = [f"<model>#0/group{k}" for k in range(5)]
+    assert [n.id for n in top] == ["<model>#0/input", *groups, "<model>#0/output"]
+    assert [n.kind for n in top[1:-1]] == ["group"] * 5
+    assert top[2].label == "100 … 199 (Linear \u00d7100)" and top[2].name == "100 … 199"
+    assert top[2].params == 100 * 20 and top[2].inputs == ["[2, 4] float32"]
+    chain = ["<model>#0/input", *groups, "<model>#0/output"]
+    assert _edges(graph) == set(itertools.pairwise(chain))
+    # A group opens on its calls, wired as in the model, between its own placeholders.
+    inner = [n.id for n in graph.level(groups[1])["nodes"]]
+    calls = [f"{i}#0" for i in range(100, 200)]
+    assert inner == [f"{groups[1]}/input", *calls, f"{groups[1]}/output"]
+    assert _edges(graph, groups[1]) == set(
+        itertools.pairwise([f"{groups[1]}/input", *calls, f"{groups[1]}/output"])
+    )
+    assert all(graph.nodes[c].parent == groups[1] for c in calls)
+    # The user is told, and every level (the report's too) stays within the limit.
+    assert len(graph.notes) == 1 and "graph.level('<model>#0/group0')" in graph.notes[0]
+    assert "500 calls" in repr(graph)
+    levels = graph.to_dict()["levels"]
+    assert set(levels) == {"<model>#0", *groups}
+    assert max(len(level["nodes"]) for level in levels.values()) == MAX_NODES + 2
+    svg = graph.to_svg()
+    assert svg.count("<rect") == 7 and 'stroke-dasharray="5 3"' in svg
+    assert "graph.level(&#x27;&lt;model&gt;#0/group0&#x27;)" in svg  # the tooltip says how
+    assert "style=dashed" in graph.to_dot()
+    # Without grouping, the level is as it was.
+    flat = module_graph(model, torch.randn(2, 4), max_nodes=None)
+    assert len(flat.level()["nodes"]) == 502 and flat.notes == []
+
+
+def test_groups_are_split_again_and_keep_fan_out_edges() -> None:
+    class Wide(nn.Module):
+        """Every layer reads the input and writes into one sum: edges fan out and in."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(3, 3) for _ in range(60))
+
+        def forward(self, x: Tensor) -> Tensor:
+            total = x.clone()
+            for layer in self.layers:
+                total = total + layer(x)
+            return total
+
+    torch.manual_seed(0)
+    graph = module_graph(Wide(), torch.randn(2, 3), max_nodes=5)
+    # 60 calls, 5 per level at most: 3 groups of 20, each of 4 groups of 5 calls.
+    top = graph.level()
+    groups = [n.id for n in top["nodes"] if n.kind == "group"]
+    assert len(groups) == 3 and graph.nodes[groups[0]].name == "layers.0 … layers.19"
+    assert _edges(graph) == {
+        *{("<model>#0/input", g) for g in groups},
+        *{(g, "<model>#0/output") for g in groups},
+        ("<model>#0/input", "<model>#0/output"),  # x.clone() in the model's own code
+    }
+    middle = [n.id for n in graph.level(groups[1])["nodes"] if n.kind == "group"]
+    assert [graph.nodes[g].label for g in middle] == [
+        "20 … 24 (Linear \u00d75)",
+        "25 … 29 (Linear \u00d75)",
+        "30 … 34 (Linear \u00d75)",
+        "35 … 39 (Linear \u00d75)",
+    ]
+    assert _edges(graph, middle[0]) == {
+        *{(f"{middle[0]}/input", f"layers.{i}#0") for i in range(20, 25)},
+        *{(f"layers.{i}#0", f"{middle[0]}/output") for i in range(20, 25)},
+    }
+    assert len(graph.notes) == 1  # one note for the grouped level of the model
+    levels = graph.to_dict()["levels"]
+    assert max(len(level["nodes"]) for level in levels.values()) <= 5 + 2
+    # Every call is in exactly one level, reached from that level's input.
+    leaves = [id for level in levels.values() for id in level["nodes"] if "layers." in id]
+    assert sorted(leaves) == sorted(f"layers.{i}#0" for i in range(60))
+    for parent in levels:
+        assert f"{parent}/output" in _reach(graph, parent)
+    with pytest.raises(ValueError, match="max_nodes"):
+        module_graph(Wide(), torch.randn(2, 3), max_nodes=1)

@@ -189,3 +189,39 @@ def test_the_module_graph_expands_and_highlights(tmp_path: Path, browser: Any) -
     crumbs[0].click()
     assert len(nodes()) == 6
     browser.save_screenshot(str(tmp_path / "graph.png"))
+
+
+def test_a_level_of_500_calls_opens_as_groups(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(500)])
+    x = torch.randn(2, 4)
+    with track(model, stats=True) as t:
+        model(x).sum().backward()
+    graph = tensor_tracker.module_graph(model, x)
+    page = tensor_tracker.report(t, tmp_path / "groups.html", graph=graph)
+    browser.get(page.as_uri())
+    _wait(browser, "return document.body.dataset.ready === 'true'")
+
+    def nodes() -> list[str]:
+        found = browser.find_elements(By.CSS_SELECTOR, "#graph-svg g.node")
+        return [n.get_attribute("data-id") for n in found]
+
+    groups = [f"<model>#0/group{k}" for k in range(5)]
+    assert nodes() == ["<model>#0/input", *groups, "<model>#0/output"]
+    box = browser.find_element(By.CSS_SELECTOR, f'#graph-svg g.node[data-id="{groups[1]}"]')
+    assert box.get_attribute("class") == "node group"
+    assert box.find_element(By.CSS_SELECTOR, "text").text == "100 … 199 (Linear \u00d7100)"
+    # "+" opens a group as it opens a module: its 100 calls, chained input to output.
+    browser.find_element(By.CSS_SELECTOR, f'#graph-svg text[data-expand="{groups[1]}"]').click()
+    calls = [f"{i}#0" for i in range(100, 200)]
+    assert nodes() == [f"{groups[1]}/input", *calls, f"{groups[1]}/output"]
+    edges = browser.find_elements(By.CSS_SELECTOR, "#graph-svg .edge")
+    pairs = [(e.get_attribute("data-source"), e.get_attribute("data-target")) for e in edges]
+    assert len(pairs) == 101 and (f"{groups[1]}/input", "100#0") in pairs
+    crumbs = browser.find_elements(By.CSS_SELECTOR, "#graph-crumbs a")
+    assert [c.text for c in crumbs] == ["<model>", "100 … 199"]
+    crumbs[0].click()
+    assert len(nodes()) == 7
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

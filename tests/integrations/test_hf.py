@@ -8,6 +8,7 @@ downloaded; HF_HUB_OFFLINE=1 makes sure of it. Keyword arguments, attention mask
 from __future__ import annotations
 
 import importlib
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -202,3 +203,68 @@ def test_sentence_transformers_forward(sentence_model: Any, bert: nn.Module) -> 
     assert [s.name for s in t if not s.grad] == [f"encoder.layer.{i}" for i in range(LAYERS)]
     assert len([s for s in t if s.grad]) == LAYERS
     assert hook_dicts(sentence_model) == []
+
+
+def test_bert_module_and_autograd_graphs(bert: nn.Module, features: dict[str, Tensor]) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from tensor_tracker import plot
+
+    graph = tensor_tracker.module_graph(bert, **features)
+    top = [(n.id, n.type) for n in graph.level()["nodes"]]
+    assert top == [
+        ("<model>#0/input", ""),
+        ("embeddings#0", "BertEmbeddings"),
+        ("encoder#0", "BertEncoder"),
+        ("pooler#0", "BertPooler"),
+        ("<model>#0/output", ""),
+    ]
+    layers = [f"encoder.layer.{i}#0" for i in range(LAYERS)]
+    encoder = graph.level("encoder#0")
+    assert [n.id for n in encoder["nodes"]][1:-1] == layers
+    assert {n.type for n in encoder["nodes"][1:-1]} == {"BertLayer"}
+    edges = {(e.source, e.target) for e in encoder["edges"]}
+    # The layers in a chain, and the attention mask (an encoder input) into every one.
+    chain = ["encoder#0/input", *layers, "encoder#0/output"]
+    assert edges == {
+        *itertools.pairwise(chain),
+        *(("encoder#0/input", x) for x in layers),
+    }
+    words = graph.nodes["embeddings.word_embeddings#0"]
+    assert words.extra == {"arg0": "30522", "arg1": str(WIDTH), "padding_idx": "0"}
+    assert graph.nodes["encoder.layer.0.attention.self.query#0"].extra["out_features"] == "384"
+    assert graph.notes == [] and graph.disconnected == []
+    levels = graph.to_dict()["levels"]
+    assert len(levels) == 40  # the model, embeddings, encoder, pooler, 6 x 6 per layer
+    for parent in levels:
+        assert graph.to_svg(parent).count("<rect") == len(graph.children(parent))
+        assert graph.to_dot(parent).startswith("digraph")
+    fig = plot.module_graph(graph, "encoder#0")
+    assert len(fig.axes[0].texts) == LAYERS + 2
+    FigureCanvasAgg(fig).draw()
+
+    ops = tensor_tracker.autograd_graph(bert, **features)
+    params = {n.label: n.shape for n in ops.nodes.values() if n.kind == "param"}
+    assert params["encoder.layer.0.attention.self.query.weight"] == f"[{WIDTH}, {WIDTH}]"
+    assert set(params) == {name for name, _ in bert.named_parameters()}
+    # The weight goes into its Linear's transpose, then matrix product, each made in the call.
+    weight = next(
+        n.id for n in ops.nodes.values() if n.label.endswith("0.attention.self.query.weight")
+    )
+    users = [ops.nodes[e.target] for e in ops.edges if e.source == weight]
+    assert [(n.op, n.module) for n in users] == [
+        ("TBackward0", "encoder.layer.0.attention.self.query#0")
+    ]
+    query = {n.op for n in ops.nodes.values() if n.module == users[0].module}
+    assert query == {"TBackward0", "AddmmBackward0", "ViewBackward0"}
+    # One layer's operations, those of its submodules included, draw on their own.
+    layer = ops.drawn("encoder.layer.0#0")[0]
+    assert {n.module for n in layer} >= {
+        "encoder.layer.0.attention.self#0",
+        "encoder.layer.0.intermediate.dense#0",
+    }
+    assert ops.to_svg(module="encoder.layer.0#0").count("<rect") == len(layer)
+    assert 'label="encoder.layer.5.output.LayerNorm#0"' in ops.to_dot()
+    fig = plot.autograd_graph(ops, "encoder.layer.0.attention#0")
+    assert len(fig.axes[0].texts) == len(ops.drawn("encoder.layer.0.attention#0")[0])
+    FigureCanvasAgg(fig).draw()

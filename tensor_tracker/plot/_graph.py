@@ -1,0 +1,236 @@
+"""`module_graph` and `autograd_graph` figures: the layered layout of the data layer drawn
+with matplotlib, so that a graph saves as PNG or PDF without Graphviz or a browser."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._optional import require
+from ..data.autograd_graph import MAX_DRAWN, AutogradGraph
+from ..data.graph import _H, _W, NODE_COLOURS, GraphEdge, ModuleGraph, _label
+from ..errors import ArgumentTypeError
+from ._figure import MAX_WIDTH, fixed_margins, new_figure, root_figure
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["MAX_HEIGHT", "autograd_graph", "module_graph"]
+
+MAX_HEIGHT = 40.0
+"""The tallest graph figure, in inches: a level of 100 calls in a chain is shrunk to it (its
+text too); draw a group or a sub-level for readable boxes."""
+
+# The layout's unit is the SVG pixel, 1/96 inch; text as the SVG's 10-11 pixels.
+_PX = 1 / 96
+_FONT = 7.5
+# A line of a box holds this many characters at full size (longer ones are cut in the middle).
+_CHARS = 24
+
+_OP_COLOURS = {"op": "#eef3ff", "param": "#fde2e2", "input": "#e2ecfd", "output": "#eeeeee"}
+
+
+@dataclasses.dataclass
+class _Box:
+    """One box to draw: its id (for the patch's `gid`), text, fill, and outline."""
+
+    id: str
+    text: str
+    fill: str
+    dashed: bool = False
+    round: bool = True
+
+
+def module_graph(
+    graph: ModuleGraph, parent: str | None = None, *, ax: Axes | None = None
+) -> Figure:
+    """One level of a `tensor_tracker.module_graph` as a matplotlib figure: the same layered
+    layout as `graph.to_svg()`, module calls as blue boxes, groups of calls dashed,
+    the level's input and output grey, residual edges bending to the right. Save it as an
+    image with `fig.savefig("graph.png", dpi=150)` (or `.pdf`, `.svg`): no Graphviz needed.
+
+    The figure is at most 14 inches wide and `MAX_HEIGHT` (40) tall; a larger level is
+    shrunk, text included (save such a figure with `dpi=200` to keep its text legible).
+    Levels hold at most `max_nodes` calls (see `tensor_tracker.module_graph`), so a figure
+    never holds more than about 100 boxes.
+
+    Args:
+        graph: the graph `tensor_tracker.module_graph(model, x)` returned.
+        parent: the call (or group) whose level to draw, e.g. `"encoder#0"`; default: the
+            model's top level.
+        ax: draw into this matplotlib axes instead of a new figure (the drawing keeps its
+            proportions and is centred in it).
+
+    Returns:
+        The matplotlib `Figure`; each node is a patch with `gid` `"node:<id>"` in
+        `ax.patches`, each edge one with `gid` `"edge:<source>-><target>"`, each label a
+        text with `gid` `"label:<id>"`.
+
+    Raises:
+        TypeError: `graph` is not a `ModuleGraph`.
+        ValueError: no call `parent` in the graph.
+
+    Example:
+        >>> graph = tensor_tracker.module_graph(model, x)
+        >>> fig = plot.module_graph(graph)
+        >>> len([p for p in fig.axes[0].patches if p.get_gid().startswith("node:")])
+        5
+        >>> fig.savefig("graph.png")  # doctest: +SKIP
+    """
+    if not isinstance(graph, ModuleGraph):
+        raise ArgumentTypeError(
+            f"module_graph: graph must be what tensor_tracker.module_graph returns, got "
+            f"{type(graph).__name__}"
+        )
+    level = graph.level(parent)
+    boxes = [
+        _Box(n.id, _label(n), NODE_COLOURS.get(n.kind, "#f3f3f3"), dashed=n.kind == "group")
+        for n in level["nodes"]
+    ]
+    return _draw(boxes, level["edges"], level["positions"], _H, ax)
+
+
+def autograd_graph(
+    graph: AutogradGraph,
+    module: str | None = None,
+    *,
+    max_nodes: int = MAX_DRAWN,
+    ax: Axes | None = None,
+) -> Figure:
+    """A `tensor_tracker.autograd_graph` (or one module call's operations) as a matplotlib
+    figure, laid out as `graph.to_svg()` draws it: operations as boxes, parameters red,
+    inputs blue. Save it with `fig.savefig("ops.png")` (or `.pdf`).
+
+    Args:
+        graph: what `tensor_tracker.autograd_graph(model, x)` returned.
+        module: draw the operations of this module call only, e.g. `"encoder.layer.0#0"`.
+        max_nodes: refuse to draw more operations than this (a whole model's graph of
+            thousands of operations is no picture; pick a `module`).
+        ax: draw into this matplotlib axes instead of a new figure.
+
+    Returns:
+        The matplotlib `Figure` (patches and texts with `gid`s as in `module_graph`).
+
+    Raises:
+        TypeError: `graph` is not an `AutogradGraph`.
+        ValueError: more than `max_nodes` operations, or no operation of `module`.
+
+    Example:
+        >>> ops = tensor_tracker.autograd_graph(model, x)
+        >>> fig = plot.autograd_graph(ops)
+        >>> fig.savefig("ops.png")  # doctest: +SKIP
+    """
+    if not isinstance(graph, AutogradGraph):
+        raise ArgumentTypeError(
+            f"autograd_graph: graph must be what tensor_tracker.autograd_graph returns, got "
+            f"{type(graph).__name__}"
+        )
+    nodes, edges, positions = graph.drawn(module, max_nodes)
+    boxes = [_Box(n.id, n.label, _OP_COLOURS[n.kind], round=n.kind != "op") for n in nodes]
+    return _draw(boxes, edges, positions, 30, ax)
+
+
+def _draw(
+    boxes: Sequence[_Box],
+    edges: Sequence[GraphEdge],
+    positions: dict[str, tuple[float, float]],
+    height: float,
+    ax: Axes | None,
+) -> Figure:
+    """Draw boxes `_W` by `height` layout pixels at `positions` (offset by 10, as the SVG
+    does), and the edges between them, in a figure sized to the layout."""
+    patches = require("matplotlib.patches", "plot")
+    path_module = require("matplotlib.path", "plot")
+    # The layout's extent, with the SVG's margins: 10 around, 130 on the right for bends.
+    right = max((x for x, _ in positions.values()), default=0) + _W + 150
+    bottom = max((y for _, y in positions.values()), default=0) + height + 20
+    if ax is None:
+        width_in, height_in = right * _PX, bottom * _PX
+        scale = min(1.0, MAX_WIDTH / width_in, MAX_HEIGHT / height_in)
+        with fixed_margins(0, 0, 0, 0):
+            fig = new_figure((width_in * scale, height_in * scale))
+        ax = fig.add_subplot()
+    else:
+        fig = root_figure(ax)
+        box = ax.get_window_extent()
+        scale = min(box.width / fig.dpi / (right * _PX), box.height / fig.dpi / (bottom * _PX))
+    ax.set_axis_off()
+    ax.set_xlim(0, right)
+    ax.set_ylim(bottom, 0)  # the layout's y grows downwards
+    ax.set_aspect("equal", adjustable="box")
+    font = _FONT * scale
+    for e in edges:
+        (x1, y1), (x2, y2) = positions[e.source], positions[e.target]
+        ax.add_patch(
+            patches.FancyArrowPatch(
+                path=_edge_path(
+                    path_module.Path,
+                    x1 + _W / 2 + 10,
+                    y1 + height + 10,
+                    x2 + _W / 2 + 10,
+                    y2 + 10,
+                    height,
+                ),
+                arrowstyle="-|>",
+                mutation_scale=8 * scale,
+                color="#888888",
+                linewidth=0.8 * scale,
+                gid=f"edge:{e.source}->{e.target}",
+            )
+        )
+    for b in boxes:
+        x, y = positions[b.id]
+        ax.add_patch(
+            patches.FancyBboxPatch(
+                (x + 10, y + 10),
+                _W,
+                height,
+                boxstyle=f"round,pad=0,rounding_size={6 if b.round else 2}",
+                facecolor=b.fill,
+                edgecolor="#555577",
+                linestyle="--" if b.dashed else "-",
+                linewidth=0.8 * scale,
+                gid=f"node:{b.id}",
+            )
+        )
+        ax.text(
+            x + 10 + _W / 2,
+            y + 10 + height / 2,
+            _fit(b.text),
+            ha="center",
+            va="center",
+            fontsize=font,
+            linespacing=1.1,
+            gid=f"label:{b.id}",
+        )
+    return fig
+
+
+def _edge_path(path_class: Any, x1: float, y1: float, x2: float, y2: float, height: float) -> Any:
+    """The path `edge_svg` draws: straight to the next layer, a curve bending to the right
+    for an edge that skips layers (a residual)."""
+    if y2 - y1 > height + 60:
+        bend = min(40 + (y2 - y1) / 8, 120)
+        verts = [(x1, y1), (x1 + bend, y1 + 30), (x2 + bend, y2 - 30), (x2, y2)]
+        return path_class(verts, [path_class.MOVETO, *[path_class.CURVE4] * 3])
+    return path_class([(x1, y1), (x2, y2)], [path_class.MOVETO, path_class.LINETO])
+
+
+def _fit(text: str) -> str:
+    """`text` on at most two lines of `_CHARS` characters: `name (Type)` breaks before the
+    type; a line still too long loses its middle."""
+    lines = [text]
+    if len(text) > _CHARS and " (" in text:
+        head, _, tail = text.partition(" (")
+        lines = [head, "(" + tail]
+    return "\n".join(_cut(line) for line in lines)
+
+
+def _cut(line: str) -> str:
+    if len(line) <= _CHARS:
+        return line
+    head = math.ceil((_CHARS - 1) / 2)
+    return line[:head] + "\u2026" + line[len(line) - (_CHARS - 1 - head) :]
