@@ -218,6 +218,7 @@ class ModuleGraph:
             "nodes": {k: dataclasses.asdict(v) for k, v in self.nodes.items()},
             "levels": levels,
             "disconnected": self.disconnected,
+            "notes": self.notes,
         }
 
     def to_json(self) -> str:

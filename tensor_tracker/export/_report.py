@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from .._optional import require
-from ..data.graph import ModuleGraph
 from .._validate import check_type
-from ..errors import ArgumentValueError
+from ..data.graph import ModuleGraph
+from ..errors import ArgumentTypeError
 from ..stats.formats import FORMATS
 from ._columns import columns_of
 
@@ -158,13 +158,14 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
     }
 
 
-def page(
-    recording: Any | None, graph: ModuleGraph | None, title: str, view: str = "report"
-) -> str:
+def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str = "report") -> str:
     """The HTML of the page `report` writes (`view="report"`), or of the graph view (`"graph"`:
     the module graph beside the picked node's facts and statistics, nothing else)."""
     if recording is None and graph is None:
-        raise ArgumentValueError("pass a recording, a graph= (module_graph) or both")
+        raise ArgumentTypeError(
+            "report(recording, path): pass a Tracker (live or loaded), a graph= "
+            "(tensor_tracker.module_graph) or both; got neither"
+        )
     if graph is not None:
         check_type(graph, ModuleGraph, "graph=", "a tensor_tracker.module_graph(model, inputs)")
     payload = _nothing_recorded(title) if recording is None else _payload(recording, title)
@@ -178,7 +179,7 @@ def page(
 
 
 def report(
-    recording: Any,
+    recording: Any | None,
     path: str | os.PathLike[str],
     title: str | None = None,
     graph: ModuleGraph | None = None,
@@ -196,7 +197,7 @@ def report(
     all there (float32).
 
     Args:
-        recording: a `Tracker`, live or `load`ed.
+        recording: a `Tracker`, live or `load`ed; `None` for a page of the `graph` alone.
         path: the HTML file to write.
         title: the page title (default: the file name).
         graph: a `module_graph` of the model, drawn at the top of the page: click a node to
@@ -208,7 +209,8 @@ def report(
         The path written.
 
     Raises:
-        TypeError: `recording` is not a tracker.
+        TypeError: `recording` is not a tracker, or `graph` not a module graph (or both
+            are missing).
 
     Example:
         >>> tensor_tracker.report(t, "run.html")  # doctest: +SKIP

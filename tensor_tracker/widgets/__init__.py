@@ -37,4 +37,9 @@ from ._scale import scale_viewer
 __all__ = [
     "GraphView",
     "graph_view",
-    "histogram_viewer", "history_viewer", "live_view", "scale_viewer", "umap_viewer"]
+    "histogram_viewer",
+    "history_viewer",
+    "live_view",
+    "scale_viewer",
+    "umap_viewer",
+]

@@ -127,5 +127,29 @@ def test_every_control_changes_the_figure(usage: Any) -> None:
     assert len(changed) >= 8, changed
 
 
+def test_the_graph_view_works_inside_the_notebook(usage: Any, tmp_path: Path) -> None:
+    """`widgets.graph_view(graph, run)`: the page in its frame draws the graph, and a click
+    on a block shows its facts and the training run's statistics beside it."""
+    frame = usage.find_element("css selector", "iframe.tensor-tracker-graph")
+    usage.execute_script("arguments[0].scrollIntoView()", frame)
+    usage.switch_to.frame(frame)
+    try:
+        wait_for(usage, "return document.body.dataset.ready === 'true'", 30, "the graph view")
+        nodes = usage.find_elements("css selector", "#graph-svg g.node")
+        ids = [n.get_attribute("data-id") for n in nodes]
+        assert ids[0] == "<model>#0/input" and ids[-1] == "<model>#0/output"
+        assert "blocks.0#0" in ids and "head#0" in ids
+        usage.find_element("css selector", '#graph-svg g.node[data-id="blocks.0#0"]').click()
+        facts = usage.find_element("id", "node-facts").text
+        assert "parameters" in facts and "float32" in facts, facts
+        columns = usage.find_elements("css selector", "#panel th.series-head")
+        assert {c.get_attribute("data-series") for c in columns} >= {"output/value", "output/grad"}
+        assert usage.find_elements("css selector", "#panel .series polyline")
+    finally:
+        usage.switch_to.default_content()
+    folder = Path(os.environ.get("TT_SCREENSHOTS", tmp_path))
+    frame.screenshot(str(folder / "graph_view.png"))
+
+
 def test_no_console_errors(usage: Any) -> None:
     assert console_errors(usage) == []
