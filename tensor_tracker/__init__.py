@@ -37,7 +37,7 @@ from .data.graph import ModuleGraph, module_graph
 from .data.nonfinite import NonFinite, first_nonfinite
 from .data.summary import ModuleCall, Summary, summary
 from .errors import MemoryBudgetError
-from .export import report
+from .export import GraphView, graph_view, report
 from .stats import Stats, formats
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "Diagnosis",
     "Event",
     "Finding",
+    "GraphView",
     "Kind",
     "LogEntry",
     "MemoryBudgetError",
@@ -69,6 +70,7 @@ __all__ = [
     "first_nonfinite",
     "formats",
     "get_stash_fn",
+    "graph_view",
     "integrations",
     "load",
     "module_graph",

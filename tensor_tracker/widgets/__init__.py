@@ -17,7 +17,7 @@ For scripting and tests each viewer also carries:
 ipywidgets and matplotlib are imported when a viewer is built
 (`pip install 'tensor-tracker[widgets]'`).
 
-`graph_view` is different: the module graph as an interactive page inside the notebook
+`tensor_tracker.graph_view` is the module graph as an interactive page inside the notebook
 (no ipywidgets, no kernel needed once drawn).
 
 Example:
@@ -28,15 +28,12 @@ Example:
 """
 
 from ._embedding import umap_viewer
-from ._graph import GraphView, graph_view
 from ._histogram import histogram_viewer
 from ._history import history_viewer
 from ._live import live_view
 from ._scale import scale_viewer
 
 __all__ = [
-    "GraphView",
-    "graph_view",
     "histogram_viewer",
     "history_viewer",
     "live_view",

@@ -128,7 +128,7 @@ def test_every_control_changes_the_figure(usage: Any) -> None:
 
 
 def test_the_graph_view_works_inside_the_notebook(usage: Any, tmp_path: Path) -> None:
-    """`widgets.graph_view(graph, run)`: the page in its frame draws the graph, and a click
+    """`tensor_tracker.graph_view(graph, run)`: the page in its frame draws the graph, and a click
     on a block shows its facts and the training run's statistics beside it."""
     frame = usage.find_element("css selector", "iframe.tensor-tracker-graph")
     usage.execute_script("arguments[0].scrollIntoView()", frame)

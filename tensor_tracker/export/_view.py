@@ -10,7 +10,7 @@ from typing import Any
 from .._validate import check_type
 from ..data.graph import ModuleGraph
 from ..errors import ArgumentValueError
-from ..export._report import page
+from ._report import page
 
 __all__ = ["GraphView", "graph_view"]
 
@@ -86,7 +86,7 @@ def graph_view(
         >>> with tensor_tracker.track(model, stats=True) as t:
         ...     for batch in batches:
         ...         model(batch).sum().backward(); t.step()
-        >>> widgets.graph_view(graph, t)  # doctest: +SKIP
+        >>> tensor_tracker.graph_view(graph, t)  # doctest: +SKIP
     """
     check_type(graph, ModuleGraph, "graph", "a tensor_tracker.module_graph(model, inputs)")
     if not isinstance(height, int) or isinstance(height, bool):

@@ -1,4 +1,4 @@
-"""`widgets.graph_view`: the module graph as a page in a sandboxed frame, checked as a
+"""`graph_view`: the module graph as a page in a sandboxed frame, checked as a
 notebook shows it (the frame inside a host page) in headless Chromium."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import tensor_tracker
-from tensor_tracker import widgets
+from tensor_tracker.export import GraphView, graph_view
 from tests import graph_models
 from tests.browser import browser, console_errors  # noqa: F401 (a fixture)
 from tests.export.test_report import _fmt, _run, _wait
@@ -28,7 +28,7 @@ def _graph() -> tensor_tracker.ModuleGraph:
     return tensor_tracker.module_graph(model, torch.randn(32, 8))
 
 
-def _host(tmp_path: Path, view: widgets.GraphView) -> str:
+def _host(tmp_path: Path, view: GraphView) -> str:
     """A page that holds the view's notebook output, as JupyterLab does."""
     path = tmp_path / "notebook.html"
     path.write_text(
@@ -38,7 +38,7 @@ def _host(tmp_path: Path, view: widgets.GraphView) -> str:
 
 
 def test_the_notebook_output_is_the_page_in_a_sandboxed_frame(tmp_path: Path) -> None:
-    view = widgets.graph_view(_graph(), height=420)
+    view = graph_view(_graph(), height=420)
     output = view._repr_html_()
     frame = re.fullmatch(r'<iframe class="tensor-tracker-graph" ([^>]*)></iframe>', output)
     assert frame is not None, output[:200]
@@ -55,13 +55,13 @@ def test_the_notebook_output_is_the_page_in_a_sandboxed_frame(tmp_path: Path) ->
 def test_graph_view_checks_its_arguments() -> None:
     graph = _graph()
     with pytest.raises(TypeError, match=r"graph must be a tensor_tracker\.module_graph"):
-        widgets.graph_view("model")  # type: ignore[arg-type]
+        graph_view("model")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="height= must be an int"):
-        widgets.graph_view(graph, height=300.0)  # type: ignore[arg-type]
+        graph_view(graph, height=300.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="height= must be at least 200"):
-        widgets.graph_view(graph, height=100)
+        graph_view(graph, height=100)
     with pytest.raises(TypeError, match="pass a Tracker"):
-        widgets.graph_view(graph, [1])
+        graph_view(graph, [1])
     with pytest.raises(TypeError, match="got neither"):
         tensor_tracker.report(None, "x.html")
 
@@ -73,7 +73,7 @@ def test_the_graph_view_shows_a_nodes_facts_and_statistics(
     from selenium.webdriver.common.by import By
 
     t = _run()  # the same model as _graph's, trained 20 steps with statistics
-    view = widgets.graph_view(_graph(), t)
+    view = graph_view(_graph(), t)
     console_errors(browser)
     browser.get(_host(tmp_path, view))
     browser.switch_to.frame(browser.find_element(By.CSS_SELECTOR, "iframe.tensor-tracker-graph"))
@@ -134,7 +134,7 @@ def test_a_graph_alone_and_a_grouped_level(tmp_path: Path, browser: Any) -> None
 
     model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(12)])
     graph = tensor_tracker.module_graph(model, torch.randn(2, 4), max_nodes=5)
-    browser.get(_host(tmp_path, widgets.graph_view(graph)))
+    browser.get(_host(tmp_path, graph_view(graph)))
     browser.switch_to.frame(browser.find_element(By.CSS_SELECTOR, "iframe.tensor-tracker-graph"))
     _wait(browser, "return document.body.dataset.ready === 'true'")
     # Nothing recorded: no step slider or statistic picker, and the page says so.
@@ -173,7 +173,7 @@ def test_screenshots_of_a_block_with_its_residual(
 
     model, args, kwargs = builder()
     graph = tensor_tracker.module_graph(model, *args, **kwargs)
-    browser.get(_host(tmp_path, widgets.graph_view(graph, height=640)))
+    browser.get(_host(tmp_path, graph_view(graph, height=640)))
     browser.switch_to.frame(browser.find_element(By.CSS_SELECTOR, "iframe.tensor-tracker-graph"))
     _wait(browser, "return document.body.dataset.ready === 'true'")
     browser.find_element(By.CSS_SELECTOR, f'#graph-svg text[data-expand="{block}"]').click()
