@@ -17,7 +17,7 @@ import tensor_tracker
 from tensor_tracker.export import GraphView, graph_view
 from tests import graph_models
 from tests.browser import browser, console_errors  # noqa: F401 (a fixture)
-from tests.export.test_report import _fmt, _run, _wait
+from tests.export.test_report import _fmt, _run, _wait, highlighted, node_ids
 
 
 def _graph() -> tensor_tracker.ModuleGraph:
@@ -78,11 +78,15 @@ def test_the_graph_view_shows_a_nodes_facts_and_statistics(
     browser.get(_host(tmp_path, view))
     browser.switch_to.frame(browser.find_element(By.CSS_SELECTOR, "iframe.tensor-tracker-graph"))
     _wait(browser, "return document.body.dataset.ready === 'true'")
-    nodes = [
-        n.get_attribute("data-id")
-        for n in browser.find_elements(By.CSS_SELECTOR, "#graph-svg g.node")
+    assert node_ids(browser) == [
+        "<model>#0/input",
+        "0#0",
+        "1#0",
+        "2#0",
+        "3#0",
+        "4#0",
+        "<model>#0/output",
     ]
-    assert nodes == ["<model>#0/input", "0#0", "1#0", "2#0", "3#0", "4#0", "<model>#0/output"]
     # Only the graph and the details: no module list, scale plot or logged scalars.
     for hidden in ("aside", "#scale", "#kpis"):
         assert not browser.find_element(By.CSS_SELECTOR, hidden).is_displayed(), hidden
@@ -91,14 +95,7 @@ def test_the_graph_view_shows_a_nodes_facts_and_statistics(
     browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="2#0"]').click()
     facts = browser.find_element(By.ID, "node-facts").text
     assert "[32, 16] float32" in facts and "in_features 16" in facts and "272" in facts, facts
-    marked = {
-        kind: {
-            n.get_attribute("data-id")
-            for n in browser.find_elements(By.CSS_SELECTOR, f"#graph-svg g.node.{kind}")
-        }
-        for kind in ("selected", "ancestor", "descendant")
-    }
-    assert marked == {
+    assert highlighted(browser) == {
         "selected": {"2#0"},
         "ancestor": {"<model>#0/input", "0#0", "1#0"},
         "descendant": {"3#0", "4#0", "<model>#0/output"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -143,23 +144,39 @@ class _Block(nn.Module):
         return x + self.act(self.linear(x))
 
 
+def _open_graph_report(browser: Any, path: Path, model: nn.Module, x: Tensor) -> None:  # noqa: F811
+    """Track one step of `model`, write its report with the module graph, open it."""
+    with track(model, stats=True) as t:
+        model(x).sum().backward()
+    tensor_tracker.report(t, path, graph=tensor_tracker.module_graph(model, x))
+    browser.get(path.as_uri())
+    _wait(browser, "return document.body.dataset.ready === 'true'")
+
+
+def node_ids(browser: Any) -> list[str]:  # noqa: F811
+    """The ids of the graph's nodes on the page, in drawing order."""
+    found = browser.find_elements("css selector", "#graph-svg g.node")
+    return [n.get_attribute("data-id") for n in found]
+
+
+def highlighted(browser: Any) -> dict[str, set[str]]:  # noqa: F811
+    """The selected node and its highlighted ancestors and descendants."""
+    return {
+        kind: {
+            n.get_attribute("data-id")
+            for n in browser.find_elements("css selector", f"#graph-svg g.node.{kind}")
+        }
+        for kind in ("selected", "ancestor", "descendant")
+    }
+
+
 def test_the_module_graph_expands_and_highlights(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), _Block(), _Block(), nn.Linear(16, 1))
-    x = torch.randn(4, 8)
-    with track(model, stats=True) as t:
-        model(x).sum().backward()
-    graph = tensor_tracker.module_graph(model, x)
-    page = tensor_tracker.report(t, tmp_path / "graph.html", graph=graph)
-    browser.get(page.as_uri())
-    _wait(browser, "return document.body.dataset.ready === 'true'")
-
-    def nodes() -> list[str]:
-        found = browser.find_elements(By.CSS_SELECTOR, "#graph-svg g.node")
-        return [n.get_attribute("data-id") for n in found]
-
+    _open_graph_report(browser, tmp_path / "graph.html", model, torch.randn(4, 8))
+    nodes = partial(node_ids, browser)
     assert nodes() == ["<model>#0/input", "0#0", "1#0", "2#0", "3#0", "<model>#0/output"]
     tooltip = browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="0#0"] title')
     text = tooltip.get_attribute("textContent")
@@ -167,14 +184,11 @@ def test_the_module_graph_expands_and_highlights(tmp_path: Path, browser: Any) -
 
     # Selecting a node highlights exactly what it depends on and what depends on it.
     browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="1#0"]').click()
-
-    def marked(kind: str) -> set[str]:
-        found = browser.find_elements(By.CSS_SELECTOR, f"#graph-svg g.node.{kind}")
-        return {n.get_attribute("data-id") for n in found}
-
-    assert marked("selected") == {"1#0"}
-    assert marked("ancestor") == {"<model>#0/input", "0#0"}
-    assert marked("descendant") == {"2#0", "3#0", "<model>#0/output"}
+    assert highlighted(browser) == {
+        "selected": {"1#0"},
+        "ancestor": {"<model>#0/input", "0#0"},
+        "descendant": {"2#0", "3#0", "<model>#0/output"},
+    }
     assert browser.find_element(By.ID, "panel-title").text.startswith("1 (_Block)")
 
     # "+" opens the block: its children between its own input and output; the breadcrumb
@@ -196,18 +210,8 @@ def test_a_level_of_500_calls_opens_as_groups(tmp_path: Path, browser: Any) -> N
 
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(500)])
-    x = torch.randn(2, 4)
-    with track(model, stats=True) as t:
-        model(x).sum().backward()
-    graph = tensor_tracker.module_graph(model, x)
-    page = tensor_tracker.report(t, tmp_path / "groups.html", graph=graph)
-    browser.get(page.as_uri())
-    _wait(browser, "return document.body.dataset.ready === 'true'")
-
-    def nodes() -> list[str]:
-        found = browser.find_elements(By.CSS_SELECTOR, "#graph-svg g.node")
-        return [n.get_attribute("data-id") for n in found]
-
+    _open_graph_report(browser, tmp_path / "groups.html", model, torch.randn(2, 4))
+    nodes = partial(node_ids, browser)
     groups = [f"<model>#0/group{k}" for k in range(5)]
     assert nodes() == ["<model>#0/input", *groups, "<model>#0/output"]
     box = browser.find_element(By.CSS_SELECTOR, f'#graph-svg g.node[data-id="{groups[1]}"]')
