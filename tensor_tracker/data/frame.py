@@ -22,7 +22,7 @@ from ..stats.store import StatsStore
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["holds_copies", "recording_frame", "to_frame", "type_name"]
+__all__ = ["holds_copies", "later_tensor_stats", "recording_frame", "to_frame", "type_name"]
 
 _TYPE_NAMES: dict[type, str] = {}
 
@@ -138,6 +138,37 @@ def _store_table(cols: Columns, refs: Any) -> dict[str, Any]:
     raw, numel = store.table(torch.from_numpy(refs))
     derived = store.layout.derive(raw, numel)
     return {k: v.tolist() if v.dim() == 2 else v.numpy() for k, v in derived.items()}
+
+
+def later_tensor_stats(stashes: Sequence[Stash]) -> list[tuple[Any, dict[str, Any]]]:
+    """The statistics of every tensor after the first in each record's value (the second
+    tensor of a tuple output, a dict's other entries, ...), which `to_frame` leaves out:
+    blocks of (rows, numpy columns), one entry per such tensor, `rows` giving its record.
+
+    Reads a tracker's `Columns` without building a `Stash` for the records of one tensor."""
+    np = require("numpy", "pandas")
+    cols = getattr(stashes, "stashes", stashes)
+    if not isinstance(cols, Columns):
+        cols = Columns()
+        cols.extend(stashes)
+    n = len(cols)
+    flags = np.frombuffer(cols.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
+    rows: list[int] = []
+    refs: list[int] = []
+    for i in np.flatnonzero(flags & REFS):  # tuples of references into the store
+        kept = [r for r in cols.objects[cols.ref[i]] if r is not None]
+        rows += [int(i)] * (len(kept) - 1)
+        refs += kept[1:]
+    object_rows: list[int] = []
+    found: list[Stats] = []
+    for i in np.flatnonzero((flags & (OBJECT | STASH) != 0) & (flags & REFS == 0)):
+        leaves = [v for v in iter_leaves(cols.value_at(int(i))) if isinstance(v, Stats)]
+        object_rows += [int(i)] * (len(leaves) - 1)
+        found += leaves[1:]
+    return [
+        (np.array(rows, dtype=np.int64), _store_table(cols, np.array(refs, dtype=np.int64))),
+        (np.array(object_rows, dtype=np.int64), stats_table(found) if found else {}),
+    ]
 
 
 def to_frame(

@@ -12,7 +12,7 @@ from .._optional import require
 from ..core.records import Stash
 from ..core.structure import iter_tensors
 from ..errors import NotRecordedError
-from .frame import _first_stats, holds_copies, recording_frame, to_frame
+from .frame import _first_stats, holds_copies, later_tensor_stats, recording_frame, to_frame
 
 if TYPE_CHECKING:
     import pandas
@@ -91,12 +91,21 @@ def _nonfinite_column(frame: pandas.DataFrame, stashes: Sequence[Stash]) -> Any:
     else:
         found = (_first_stats(s.value) for s in stashes)
         numel = np.array([0 if f is None else f.numel for f in found], dtype=np.float64)
-    return bad & (numel > 0)
+    bad &= numel > 0
+    # The frame shows a value's first tensor; a NaN in another (the second output of a
+    # tuple) must count for its record too.
+    for rows, table in later_tensor_stats(stashes):
+        if len(rows) and all(c in table for c in exact):
+            others = np.column_stack([np.asarray(table[c], dtype=np.float64) for c in exact])
+            counted = np.asarray(table["numel"], dtype=np.float64) > 0 if "numel" in table else True
+            np.logical_or.at(bad, rows, ~np.isfinite(others).all(axis=1) & counted)
+    return bad
 
 
 def nonfinite_flags(stashes: Sequence[Stash]) -> Any:
     """Per record, whether its value held a NaN or an infinity (a numpy bool array), as
-    `first_nonfinite` reads it; all False when the statistics recorded cannot tell."""
+    `first_nonfinite` reads it (every tensor of a value, not only the first that `to_frame`
+    shows); all False when the statistics recorded cannot tell."""
     np = require("numpy", "pandas")
     try:
         return _nonfinite_column(to_frame(stashes), stashes)
@@ -133,8 +142,8 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
       computed outside the model, when none was);
     - a **parameter** or **optimizer state**: it was already there (an earlier update).
 
-    With `stats=` the check reads the recorded `min`/`max` (or `nonfinite`) of the first
-    tensor of each value, as `to_frame` shows them (without those, `sum`, `mean`, `rms` or
+    With `stats=` the check reads the recorded `min`/`max` (or `nonfinite`) of every tensor
+    of each value, the second of a tuple output too (without those, `sum`, `mean`, `rms` or
     `abs_mean`, which are also non-finite when finite values overflow them); with full
     copies, every tensor of each value is checked. `track(..., on_nonfinite="raise")`
     stops a run at the first one.

@@ -72,6 +72,52 @@ def test_a_nan_made_in_a_forward(options: dict[str, Any]) -> None:
     assert set(found.evidence["name"]) == {"1"}
 
 
+class Pair(nn.Module):
+    """(x, log(x + offset)): a NaN in the second tensor of a tuple output."""
+
+    offset = 100.0
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return x * 2, torch.log(x + self.offset)
+
+
+class _UsesPair(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.pair, self.last = nn.Linear(4, 4), Pair(), nn.Linear(4, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, b = self.pair(self.first(x))
+        return self.last(a) + b[:, :2]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [STATS, {"stats": ["sum"]}, {"stats": ["min", "max"]}, COPIES],
+    ids=["stats", "sum", "min-max", "copies"],
+)
+def test_a_nan_in_the_second_tensor_of_a_tuple_output(options: dict[str, Any]) -> None:
+    """The frame shows a value's first tensor; the NaN of the second is found all the same,
+    in the tracker and in a list of its stashes."""
+    torch.manual_seed(0)
+    model = _UsesPair()
+    model.pair.offset = -100.0
+    with track(model, **options) as t:
+        model(torch.rand(2, 4)).sum().backward()
+    for recording in (t, list(t)):
+        found = first_nonfinite(recording)
+        assert found is not None
+        assert (found.name, found.grad, found.seen_in) == (
+            "pair",
+            False,
+            ("pair", "output", "", False),
+        )
+    model.pair.offset = 100.0
+    with track(model, **options) as t:
+        model(torch.rand(2, 4)).sum().backward()
+    assert first_nonfinite(t) is None
+
+
 def test_a_nan_in_the_input_batch_is_blamed_on_the_input() -> None:
     model = _model(nn.Tanh())
     x = torch.rand(2, 4)
