@@ -137,7 +137,9 @@ def _store_table(cols: Columns, refs: Any) -> dict[str, Any]:
         return {}
     raw, numel = store.table(torch.from_numpy(refs))
     derived = store.layout.derive(raw, numel)
-    return {k: v.tolist() if v.dim() == 2 else v.numpy() for k, v in derived.items()}
+    # Histogram counts stay one 2-D array until a frame column needs them as lists: a frame
+    # of one scalar statistic then makes no list per row.
+    return {k: v.numpy() for k, v in derived.items()}
 
 
 def later_tensor_stats(stashes: Sequence[Stash]) -> list[tuple[Any, dict[str, Any]]]:
@@ -258,12 +260,15 @@ def _assemble(np: Any, n: int, parts: list[tuple[Any, Any]]) -> Any:
     """One column of `n` rows from `(rows, values)` parts, NaN elsewhere; a histogram's
     counts (a list per row) make an object column."""
     listed = any(
-        isinstance(values, list) and values and isinstance(values[0], list) for _, values in parts
+        getattr(values, "ndim", 1) == 2
+        or (isinstance(values, list) and values and isinstance(values[0], list))
+        for _, values in parts
     )
     full = np.full(n, math.nan, dtype=object if listed else np.float64)
     for rows, values in parts:
         if len(rows):
             if listed:
+                values = values.tolist() if getattr(values, "ndim", 1) == 2 else values
                 for r, v in zip(rows, values, strict=True):
                     full[r] = v
             else:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.tracker import Recorder
-from ..errors import ArgumentValueError
+from ..errors import ArgumentValueError, NotRecordedError
 from .select import (
     ROOT_LABEL,
     as_stashes,
@@ -69,14 +69,18 @@ def history_rows(
 
 
 def statistics_frame(source: Any, stat: str) -> pandas.DataFrame | None:
-    """`source.to_frame()` when `source` is a tracker (or recording) of statistics that
-    include `stat` and pandas is installed; otherwise None."""
+    """`source.to_frame(stat)` (the meta columns and `stat` alone) when `source` is a
+    tracker (or recording) of statistics that include `stat` and pandas is installed;
+    otherwise None."""
     to_frame = getattr(source, "to_frame", None)
     if not callable(to_frame) or importlib.util.find_spec("pandas") is None:
         return None
     if not isinstance(source, Recorder) or not len(source) or holds_copies(list(source[:64])):
         return None
-    frame: pandas.DataFrame = to_frame()
+    try:
+        frame: pandas.DataFrame = to_frame(stat)
+    except NotRecordedError:
+        return None
     return frame if stat in frame.columns else None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -68,6 +69,8 @@ _VIEW_LIMIT = 32.0
 # legend, for figures with fixed margins.
 _X_AXIS_ROOM = 0.55
 _LEGEND_ROW = 0.2
+# Per figure with fixed margins: the room its rotated x tick labels take (see `new_figure`).
+_X_LABELS: weakref.WeakKeyDictionary[Figure, float] = weakref.WeakKeyDictionary()
 
 # Margins (left, right, bottom, top, in inches) of the figures made inside `fixed_margins`.
 _MARGINS: ContextVar[tuple[float, float, float, float] | None] = ContextVar(
@@ -105,10 +108,11 @@ def at_most(width: float) -> Iterator[None]:
         _WIDTH.reset(token)
 
 
-def new_figure(figsize: tuple[float, float]) -> Figure:
+def new_figure(figsize: tuple[float, float], x_labels: float = 0.0) -> Figure:
     """A new Figure outside pyplot, displayable in IPython (see `_show_figures_in_ipython`),
     laid out by matplotlib's constrained layout unless inside `fixed_margins`, and no wider
-    than `at_most` allows."""
+    than `at_most` allows. `x_labels`: inches that rotated x tick labels take below the
+    axes, which fixed margins leave room for (constrained layout measures them)."""
     figure_module = require("matplotlib.figure", "plot")
     _show_figures_in_ipython(figure_module.Figure)
     figsize = (min(figsize[0], _WIDTH.get()), figsize[1])
@@ -117,8 +121,10 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
         fig: Figure = figure_module.Figure(figsize=figsize, layout="constrained")
         return fig
     left, right, bottom, top = margins
+    bottom += x_labels
     width, height = figsize
     fig = figure_module.Figure(figsize=figsize, layout=None)
+    _X_LABELS[fig] = x_labels
     fig.subplots_adjust(
         left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height
     )
@@ -146,10 +152,12 @@ def _show_figures_in_ipython(figure_class: type) -> None:
         )
 
 
-def new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
-    """A fresh one-axes Figure, or `ax` and the figure it belongs to."""
+def new_axes(
+    ax: Axes | None, figsize: tuple[float, float], x_labels: float = 0.0
+) -> tuple[Figure, Axes]:
+    """A fresh one-axes Figure (see `new_figure`), or `ax` and the figure it belongs to."""
     if ax is None:
-        fig = new_figure(figsize)
+        fig = new_figure(figsize, x_labels)
         return fig, fig.add_subplot()
     return root_figure(ax), ax
 
@@ -276,8 +284,9 @@ def category_ticks(axis: Any, labels: Sequence[str], fontsize: str = "small") ->
     ticker = require("matplotlib.ticker", "plot")
     font_manager = require("matplotlib.font_manager", "plot")
     names = list(labels)
-    # A label takes one line height across the axis (x labels are drawn rotated by 90°).
-    spacing = 1.5 * font_manager.FontProperties(size=fontsize).get_size_in_points()
+    # A label takes one line height across the axis (x labels are drawn rotated by 90°);
+    # two keep them apart and the ticks few (each one is a costly object to draw).
+    spacing = 2.0 * font_manager.FontProperties(size=fontsize).get_size_in_points()
 
     locator: Any = ticker.Locator
 
@@ -350,7 +359,7 @@ def limits_legend(fig: Figure, handles: Sequence[Any]) -> None:
     if not constrained:
         # Made in `fixed_margins`: make room below for the x axis and the legend's rows.
         rows = math.ceil(len(handles) / ncols)
-        bottom = _X_AXIS_ROOM + rows * _LEGEND_ROW + 0.1
+        bottom = _X_AXIS_ROOM + _X_LABELS.get(fig, 0.0) + rows * _LEGEND_ROW + 0.1
         fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, bottom / height))
     fig.legend(
         handles=list(handles),

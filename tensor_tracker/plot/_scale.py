@@ -170,7 +170,8 @@ def scale_plot(
     width = min(MAX_WIDTH, max(9.0, 0.3 * len(order) + 5.5))
     owned = ax is None
     labels = [short_label(display_name(n)) for n in order]
-    fig, ax = new_axes(ax, (width, 3.5 + _label_room(labels)))
+    # About 2.6 inches of axes above the labels and the legend of formats.
+    fig, ax = new_axes(ax, (width, 4.3 + _label_room(labels)), _label_length(labels))
     x = list(range(len(order)))
     fwd = log2_abs([means.get((n, False), math.nan) for n in order])
     bwd = log2_abs([means.get((n, True), math.nan) for n in order])
@@ -182,7 +183,7 @@ def scale_plot(
     limits = format_lines(ax, fmts, fwd + bwd)
     _module_axis(ax, labels)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # placed without measuring the axis: no ticks on top
     names = [str(h.get_label()) for h in handles]
     series_key(fig, ax, handles, names, [], "", limits=() if owned else limits)
     if owned:
@@ -192,7 +193,13 @@ def scale_plot(
 
 def _label_room(labels: list[str]) -> float:
     """Inches below the axes for rotated x tick labels (about 0.06 inch per character)."""
-    return 0.3 + 0.06 * max((len(label) for label in labels), default=0)
+    return 0.3 + _label_length(labels)
+
+
+def _label_length(labels: list[str]) -> float:
+    """Inches the longest rotated x tick label reaches below the axes, beyond a plain
+    axis' row of tick labels (what figures with fixed margins add)."""
+    return 0.06 * max((len(label) for label in labels), default=0)
 
 
 def _module_axis(ax: Axes, labels: list[str]) -> None:
@@ -216,7 +223,8 @@ def _by_depth(
     width = min(MAX_WIDTH, max(9.0, 0.3 * len(depth.slots) + 6.0))
     if ax is None:
         labels = [short_label(slot) for slot in depth.slots]
-        fig = new_figure((width, min(10.0, 3.2 * len(panels) + 1.0 + _label_room(labels))))
+        height = min(10.0, 3.2 * len(panels) + 1.0 + _label_room(labels))
+        fig = new_figure((width, height), _label_length(labels))
         axes = list(fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
         owned = True
     else:
@@ -254,7 +262,7 @@ def _by_depth(
     for panel, data in drawn.items():  # one axes when sharing the user's
         limits = format_lines(panel, fmts, data)
         _module_axis(panel, [short_label(slot) for slot in depth.slots])
-    axes[0].set_title(title + f": {len(depth.roles)} roles in {sum(depth.is_block)} blocks")
+    axes[0].set_title(f"{title}: {len(depth.roles)} roles in {sum(depth.is_block)} blocks", y=1.0)
     axes[-1].set_xlabel("block (black diamonds: modules outside the repeated blocks)")
     key = () if owned else limits
     series_key(fig, axes, handles, depth.roles, styles, "role in block", limits=key)

@@ -134,10 +134,10 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         c["role"].layout.display = "none"
     panel = Panel(w)
     heat = Panel(w)
-    # Statistics are read once as a frame (columns, not one Stash per row) with the rows of
-    # each module, so that a redraw only takes the selected modules' rows: fast on hundreds
-    # of modules over thousands of steps.
-    source: list[tuple[Any, dict[str, Any]]] = []
+    # Each statistic is read once as a frame (columns, not one Stash per row) with the rows
+    # of each module, so that a redraw only takes the selected modules' rows: fast on
+    # hundreds of modules over thousands of steps.
+    source: dict[str, tuple[Any, dict[str, Any]]] = {}
 
     def draw_history() -> Figure:
         modules = list(c["modules"].value)
@@ -146,13 +146,12 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         stat = c["stat"].value
         if stat is None:
             raise ArgumentValueError("No statistic is available for these stashes.")
-        if not source:
+        if stat not in source:
             frame = statistics_frame(tracker, stat)
             groups = {} if frame is None else frame.groupby("name").indices
-            rows = {str(name): positions for name, positions in groups.items()}
-            source.append((frame, rows))
-        frame, index = source[0]
-        if frame is not None and stat in frame.columns:
+            source[stat] = (frame, {str(name): rows for name, rows in groups.items()})
+        frame, index = source[stat]
+        if frame is not None:
             numpy = require("numpy", "widgets")
             taken = [index[m] for m in modules if m in index]
             rows = numpy.sort(numpy.concatenate(taken)) if taken else []

@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import plot
 from ..data.select import first_stashes, recorded_steps
+from ..plot._figure import fixed_margins
 
 if TYPE_CHECKING:
     import ipywidgets
+    from matplotlib.figure import Figure
 from ._base import (
     EMPTY,
     Panel,
@@ -72,13 +74,15 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
     panel = Panel(w)
     quiet = Quiet()
 
+    def draw() -> Figure:
+        with fixed_margins():  # constrained layout would take most of a redraw's time
+            return plot.scale_plot(
+                tracker, stat=c["stat"].value, kind=c["kind"].value, step=c["step"].value
+            )
+
     def redraw() -> None:
         if not quiet.active:
-            panel.show(
-                lambda: plot.scale_plot(
-                    tracker, stat=c["stat"].value, kind=c["kind"].value, step=c["step"].value
-                )
-            )
+            panel.show(draw)
             box.figure = panel.figure
 
     def on_kind() -> None:

@@ -110,3 +110,33 @@ def test_history_viewer_heatmap_is_pixels_inside_the_svg(long_run: Tracker) -> N
     assert v.heatmap_figure is not None, v.heatmap_message.value
     # One vector cell per bin and step would be megabytes: the mesh is an embedded image.
     assert b"<image" in bytes(v.heatmap_image.value) and len(v.heatmap_image.value) < 300_000
+
+
+class _LongNames(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding_projection_of_the_inputs = torch.nn.Linear(4, 8)
+        self.first_hidden_layer_with_a_long_name = torch.nn.Linear(8, 8)
+        self.output_projection_back_to_four = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embedding_projection_of_the_inputs(x)
+        return self.output_projection_back_to_four(self.first_hidden_layer_with_a_long_name(h))
+
+
+@pytest.mark.filterwarnings("error")
+def test_scale_viewer_draws_with_fixed_margins_and_nothing_cut_off(
+    bert_steps: Tracker, long_run: Tracker
+) -> None:
+    """Fixed margins (constrained layout took most of a redraw's time) still hold the
+    rotated module names of a small model and the grouped figure of a large one."""
+    model = _LongNames()
+    with tensor_tracker.track(model, stats=True) as small:
+        model(torch.randn(2, 4)).sum().backward()
+    for tracker in (small, bert_steps, long_run):
+        v = widgets.scale_viewer(tracker)
+        assert v.figure is not None, v.message.value
+        assert v.figure.get_layout_engine() is None
+        check_readable(v.figure)
+        v.controls["step"].value = v.controls["step"].options[0]
+        check_readable(v.figure)
