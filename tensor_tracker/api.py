@@ -566,11 +566,11 @@ def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | No
     def handler() -> None:
         found = first_nonfinite(tracker)
         if found is None:
-            # first_nonfinite reads the first tensor of each value, as to_frame does.
+            # The store watched every tensor put; first_nonfinite reads the same statistics,
+            # so this is not expected: say so rather than name a wrong module.
             message = (
-                "tensor_tracker: a NaN or infinity was recorded in a tensor that is not the "
-                "first of its module's output (e.g. the second element of a tuple), so "
-                "first_nonfinite cannot place it."
+                "tensor_tracker: a NaN or infinity was recorded, but first_nonfinite could "
+                "not place it in the recording."
             )
         else:
             where = f"{found.name or '<root>'!r} ({'backward' if found.grad else 'forward'})"

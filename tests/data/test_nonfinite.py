@@ -116,6 +116,11 @@ def test_a_nan_in_the_second_tensor_of_a_tuple_output(options: dict[str, Any]) -
     with track(model, **options) as t:
         model(torch.rand(2, 4)).sum().backward()
     assert first_nonfinite(t) is None
+    if "stats" in options:  # the tripwire names the same module
+        model.pair.offset = -100.0
+        raises = pytest.raises(NonFiniteError, match=r"'pair' \(forward\)")
+        with raises, track(model, on_nonfinite="raise", **options):
+            model(torch.rand(2, 4)).sum().backward()
 
 
 def test_a_nan_in_the_input_batch_is_blamed_on_the_input() -> None:
