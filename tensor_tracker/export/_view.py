@@ -82,11 +82,13 @@ def graph_view(
         ValueError: `height` below 200.
 
     Example:
-        >>> graph = tensor_tracker.module_graph(model, batch)
+        >>> graph = tensor_tracker.module_graph(model, x)
         >>> with tensor_tracker.track(model, stats=True) as t:
-        ...     for batch in batches:
+        ...     for batch in loader:
         ...         model(batch).sum().backward(); t.step()
-        >>> tensor_tracker.graph_view(graph, t)  # doctest: +SKIP
+        >>> view = tensor_tracker.graph_view(graph, t)  # a cell's last expression shows it
+        >>> view.height, "<iframe" in view._repr_html_()
+        (560, True)
     """
     check_type(graph, ModuleGraph, "graph", "a tensor_tracker.module_graph(model, inputs)")
     if not isinstance(height, int) or isinstance(height, bool):
