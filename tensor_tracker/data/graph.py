@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from .._torch_compat import gradient_node
 from .._validate import check_type
 from ..core.structure import iter_tensors, rmap_tensor
-from ..errors import ArgumentValueError
+from ..errors import ArgumentTypeError, ArgumentValueError
 
 __all__ = [
     "MAX_NODES",
@@ -415,7 +415,7 @@ def module_graph(
         level down, `to_svg()`, `to_dot()`, or `tensor_tracker.report(t, path, graph=graph)`.
 
     Raises:
-        TypeError: `model` is not an `nn.Module`.
+        TypeError: `model` is not an `nn.Module`, or `max_nodes` not an int or None.
         ValueError: `max_nodes` is below 2.
         Exception: what the model raised (the hooks are removed).
 
@@ -427,7 +427,7 @@ def module_graph(
         [('<model>#0/input', '0#0'), ('0#0', '1#0')]
     """
     if max_nodes is not None and (isinstance(max_nodes, bool) or not isinstance(max_nodes, int)):
-        raise ArgumentValueError(
+        raise ArgumentTypeError(
             f"module_graph: max_nodes must be an int or None, got {max_nodes!r}"
         )
     if max_nodes is not None and max_nodes < 2:

@@ -349,3 +349,5 @@ def test_groups_are_split_again_and_keep_fan_out_edges() -> None:
         assert f"{parent}/output" in _reach(graph, parent)
     with pytest.raises(ValueError, match="max_nodes"):
         module_graph(Wide(), torch.randn(2, 3), max_nodes=1)
+    with pytest.raises(TypeError, match="max_nodes must be an int or None"):
+        module_graph(Wide(), torch.randn(2, 3), max_nodes=50.0)  # type: ignore[arg-type]
