@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._optional import require
 from ..data.select import (
     as_stashes,
     display_name,
@@ -203,10 +204,13 @@ def _label_length(labels: list[str]) -> float:
 
 
 def _module_axis(ax: Axes, labels: list[str]) -> None:
-    """Categorical x axis: labels at 0..n-1 (thinned to fit), rotated, with light grid lines."""
+    """Categorical x axis: labels at 0..n-1 (thinned to fit), rotated, with light grid lines;
+    a y axis of at most 7 whole powers of 2 (each tick is a costly object to draw)."""
     category_ticks(ax.xaxis, labels)
     ax.set_xlim(-0.5, len(labels) - 0.5)
     ax.grid(axis="x", alpha=0.3)
+    ticker = require("matplotlib.ticker", "plot")
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=6, integer=True))
 
 
 def _by_depth(
