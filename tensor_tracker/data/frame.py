@@ -142,6 +142,20 @@ def _store_table(cols: Columns, refs: Any) -> dict[str, Any]:
     return {k: v.numpy() for k, v in derived.items()}
 
 
+def _columns(stashes: Sequence[Stash]) -> Columns:
+    """A tracker's `Columns` as they are; a list of stashes put into new ones."""
+    if isinstance(stashes, Columns):
+        return stashes
+    cols = Columns()
+    cols.extend(stashes)
+    return cols
+
+
+def _store_refs(cols: Columns, row: int) -> list[int]:
+    """The store references of a row holding a tuple of them (`REFS`), one per tensor."""
+    return [r for r in cols.objects[cols.ref[row]] if r is not None]
+
+
 def later_tensor_stats(stashes: Sequence[Stash]) -> list[tuple[Any, dict[str, Any]]]:
     """The statistics of every tensor after the first in each record's value (the second
     tensor of a tuple output, a dict's other entries, ...), which `to_frame` leaves out:
@@ -149,16 +163,13 @@ def later_tensor_stats(stashes: Sequence[Stash]) -> list[tuple[Any, dict[str, An
 
     Reads a tracker's `Columns` without building a `Stash` for the records of one tensor."""
     np = require("numpy", "pandas")
-    cols = getattr(stashes, "stashes", stashes)
-    if not isinstance(cols, Columns):
-        cols = Columns()
-        cols.extend(stashes)
+    cols = _columns(getattr(stashes, "stashes", stashes))
     n = len(cols)
     flags = np.frombuffer(cols.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
     rows: list[int] = []
     refs: list[int] = []
-    for i in np.flatnonzero(flags & REFS):  # tuples of references into the store
-        kept = [r for r in cols.objects[cols.ref[i]] if r is not None]
+    for i in np.flatnonzero(flags & REFS):
+        kept = _store_refs(cols, int(i))
         rows += [int(i)] * (len(kept) - 1)
         refs += kept[1:]
     object_rows: list[int] = []
@@ -198,18 +209,14 @@ def to_frame(
     """
     pd = require("pandas", "pandas")
     np = require("numpy", "pandas")
-    if isinstance(stashes, Columns):
-        cols = stashes
-    else:
-        cols = Columns()
-        cols.extend(stashes)
+    cols = _columns(stashes)
     n = len(cols)
     flags = np.frombuffer(cols.flags, dtype=np.uint8) if n else np.empty(0, np.uint8)
     refs = np.frombuffer(cols.ref, dtype=np.int32).astype(np.int64) if n else np.empty(0, np.int64)
     in_store = (flags & (OBJECT | STASH)) == 0
     # Tuples of store references: their first statistics are read with the store's rows.
     tuples = np.flatnonzero(flags & REFS)
-    first_refs = [next(r for r in cols.objects[refs[i]] if r is not None) for i in tuples]
+    first_refs = [_store_refs(cols, int(i))[0] for i in tuples]
     others = np.flatnonzero(~in_store & ((flags & REFS) == 0))
     values = {int(i): cols.value_at(int(i)) for i in others}
     whole = {i: cols.objects[cols.ref[i]] for i in values if cols.flags[i] & STASH}

@@ -33,9 +33,9 @@ import torch
 from torch import Tensor, nn
 
 from .._torch_compat import gradient_node
-from .._validate import check_type
+from .._validate import check_int, check_type
 from ..core.structure import iter_tensors, rmap_tensor
-from ..errors import ArgumentTypeError, ArgumentValueError
+from ..errors import ArgumentValueError
 
 __all__ = [
     "MAX_NODES",
@@ -426,11 +426,10 @@ def module_graph(
         >>> [(e.source, e.target) for e in graph.level()["edges"]][:2]
         [('<model>#0/input', '0#0'), ('0#0', '1#0')]
     """
-    if max_nodes is not None and (isinstance(max_nodes, bool) or not isinstance(max_nodes, int)):
-        raise ArgumentTypeError(
-            f"module_graph: max_nodes must be an int or None, got {max_nodes!r}"
-        )
-    if max_nodes is not None and max_nodes < 2:
+    if (
+        max_nodes is not None
+        and check_int(max_nodes, "module_graph: max_nodes", "an int or None") < 2
+    ):
         raise ArgumentValueError(f"module_graph: max_nodes must be at least 2, got {max_nodes}")
     calls, _ = record_calls(model, inputs, kwargs)
     nodes = {c.node.id: c.node for c in calls}

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._validate import check_type
+from .._validate import check_int, check_type
 from ..data.graph import ModuleGraph
 from ..errors import ArgumentValueError
 from ._report import page
@@ -91,9 +91,7 @@ def graph_view(
         (560, True)
     """
     check_type(graph, ModuleGraph, "graph", "a tensor_tracker.module_graph(model, inputs)")
-    if not isinstance(height, int) or isinstance(height, bool):
-        check_type(height, int, "height=", "an int (pixels)")
-    if height < 200:
+    if check_int(height, "height=", "an int (pixels)") < 200:
         raise ArgumentValueError(f"height= must be at least 200 (pixels), got {height}")
     check_type(title, str, "title=", "a str")
     return GraphView(page(recording, graph, title, view="graph"), height)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import sys
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -65,12 +64,8 @@ _FORMAT_COLORS = ("tab:red", "tab:purple", "tab:olive", "tab:cyan")
 _VIEW_LIMIT = 32.0
 
 
-# Inches below the axes for tick labels and the axis label, and per row of a small-font
-# legend, for figures with fixed margins.
-_X_AXIS_ROOM = 0.55
+# Inches per row of a small-font legend below a figure with fixed margins.
 _LEGEND_ROW = 0.2
-# Per figure with fixed margins: the room its rotated x tick labels take (see `new_figure`).
-_X_LABELS: weakref.WeakKeyDictionary[Figure, float] = weakref.WeakKeyDictionary()
 
 # Margins (left, right, bottom, top, in inches) of the figures made inside `fixed_margins`.
 _MARGINS: ContextVar[tuple[float, float, float, float] | None] = ContextVar(
@@ -124,7 +119,6 @@ def new_figure(figsize: tuple[float, float], x_labels: float = 0.0) -> Figure:
     bottom += x_labels
     width, height = figsize
     fig = figure_module.Figure(figsize=figsize, layout=None)
-    _X_LABELS[fig] = x_labels
     fig.subplots_adjust(
         left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height
     )
@@ -357,10 +351,11 @@ def limits_legend(fig: Figure, handles: Sequence[Any]) -> None:
     ncols = max(1, min(4, math.floor(width / 3.2 + 0.01)))
     constrained = fig.get_layout_engine() is not None
     if not constrained:
-        # Made in `fixed_margins`: make room below for the x axis and the legend's rows.
+        # Made in `fixed_margins`: its bottom margin holds the x axis (and rotated labels,
+        # see `new_figure`); the legend's rows go below.
         rows = math.ceil(len(handles) / ncols)
-        bottom = _X_AXIS_ROOM + _X_LABELS.get(fig, 0.0) + rows * _LEGEND_ROW + 0.1
-        fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, bottom / height))
+        bottom = fig.subplotpars.bottom * height + rows * _LEGEND_ROW + 0.05
+        fig.subplots_adjust(bottom=bottom / height)
     fig.legend(
         handles=list(handles),
         loc="outside lower center" if constrained else "lower center",

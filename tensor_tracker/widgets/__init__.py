@@ -33,10 +33,4 @@ from ._history import history_viewer
 from ._live import live_view
 from ._scale import scale_viewer
 
-__all__ = [
-    "histogram_viewer",
-    "history_viewer",
-    "live_view",
-    "scale_viewer",
-    "umap_viewer",
-]
+__all__ = ["histogram_viewer", "history_viewer", "live_view", "scale_viewer", "umap_viewer"]
