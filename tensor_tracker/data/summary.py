@@ -1,9 +1,10 @@
 """`summary`: one forward (and backward) pass of a model, summarised per module call.
 
 Shapes, dtypes, bytes, parameter counts (each parameter once, tied weights too), forward and
-backward wall-clock times (inclusive and self, with the tool's own time taken out), and
-whether outputs and gradients held NaN or infinities, as a table, a nested dict, a text
-table like torchinfo's and an HTML table in notebooks.
+backward times (inclusive and self, with the tool's own time taken out: wall clock on the
+CPU, CUDA events on a GPU), on a GPU the allocator's memory per call, and whether outputs
+and gradients held NaN or infinities, as a table, a nested dict, a text table like
+torchinfo's and an HTML table in notebooks.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import html
+import itertools
 import json
-import time
+import math
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +22,14 @@ import torch
 from torch import Tensor, nn
 
 from .._optional import require
-from .._validate import check_callable, check_count, check_int, check_type
+from .._validate import check_bool, check_callable, check_count, check_int, check_type
 from ..core.grad_hooks import hook_grad
 from ..core.records import Stash
 from ..core.structure import iter_tensors
 from ..errors import ArgumentTypeError, ArgumentValueError
 from .frame import type_name
 from .nonfinite import nonfinite_flags
+from .timeline import Clock, CudaMemory, EventClock, NonFiniteFlags, WallClock
 
 if TYPE_CHECKING:
     import pandas
@@ -49,8 +52,14 @@ class ModuleCall:
             each parameter counted once; trainable: of those, the ones requiring grad.
         param_bytes, grad_bytes: bytes of `params_total`'s parameters and of their `.grad`.
         input_bytes, output_bytes: bytes of the input and output tensors.
-        forward_ms, backward_ms: wall-clock time of the call and of its backward, children
-            included; self_forward_ms, self_backward_ms: without the children's.
+        forward_ms, backward_ms: time of the call and of its backward, children included
+            (NaN where not measured); self_forward_ms, self_backward_ms: without the
+            children's.
+        forward_mem_bytes: on a GPU, the bytes the call left allocated (its outputs and
+            what it saved for the backward pass); `None` on the CPU.
+        forward_peak_bytes: on a GPU, the most the call had allocated at once above what
+            was allocated when it started (outputs and working memory, its children's
+            included); `None` on the CPU.
         output_nonfinite, grad_output_nonfinite, grad_input_nonfinite: whether any of
             those tensors held a NaN or an infinity.
     """
@@ -73,54 +82,43 @@ class ModuleCall:
     grad_bytes: int = 0
     input_bytes: int = 0
     output_bytes: int = 0
-    forward_ms: float = 0.0
-    self_forward_ms: float = 0.0
-    backward_ms: float = float("nan")
-    self_backward_ms: float = float("nan")
+    forward_ms: float = math.nan
+    self_forward_ms: float = math.nan
+    backward_ms: float = math.nan
+    self_backward_ms: float = math.nan
+    forward_mem_bytes: int | None = None
+    forward_peak_bytes: int | None = None
     output_nonfinite: bool = False
     grad_output_nonfinite: bool = False
     grad_input_nonfinite: bool = False
-
-
-def _nonfinite(tensors: list[Tensor]) -> bool:
-    return any(
-        (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all())
-        for t in tensors
-    )
 
 
 def _nbytes(tensors: list[Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-class _Clock:
-    """Wall clock minus the summary's own time, so hooks do not inflate what they time."""
-
-    def __init__(self) -> None:
-        self.spent = 0.0  # seconds spent inside the summary's hooks so far
-        self._entered = 0.0
-
-    def enter(self) -> float:
-        self._entered = time.perf_counter()
-        return self._entered - self.spent
-
-    def leave(self) -> None:
-        self.spent += time.perf_counter() - self._entered
+def _dtypes(tensors: list[Tensor]) -> list[str]:
+    return [str(t.dtype).removeprefix("torch.") for t in tensors]
 
 
 class _Recorder:
-    """The hooks of one summary pass."""
+    """The hooks of one summary pass. They note marks on `clock` (resolved to times after
+    the pass), NaN/inf flags as device tensors, shapes, and, with `memory`, the CUDA
+    allocator's figures; nothing waits for a device."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, clock: Clock, memory: CudaMemory | None) -> None:
         self.calls: list[ModuleCall] = []
-        self.clock = _Clock()
-        self.stack: list[tuple[int, float]] = []  # (call index, start) of running calls
+        self.clock = clock
+        self.memory = memory
+        self.flags = NonFiniteFlags()
+        self.stack: list[tuple[int, int]] = []  # (call index, start mark) of running calls
+        self.forward_marks: dict[int, tuple[int, int]] = {}  # call index -> (start, end)
         self.counts: dict[str, int] = {}
-        # Adjusted times: per call, when its output's gradient arrived and when the last
-        # gradient of its inputs was computed; per parameter, when its .grad was written.
-        self.grad_out_at: dict[int, float] = {}
-        self.grad_in_at: dict[int, float] = {}
-        self.param_at: dict[int, float] = {}
+        # Marks, per call, of its output gradients' arrivals and of its input gradients
+        # being computed; per parameter, of its .grad being written.
+        self.grad_out_at: dict[int, list[int]] = {}
+        self.grad_in_at: dict[int, list[int]] = {}
+        self.param_at: dict[int, int] = {}
         self.handles: list[Any] = []
         names = {m: n for n, m in model.named_modules(remove_duplicate=False)}
         self.names = names
@@ -153,7 +151,7 @@ class _Recorder:
         parent = self.stack[-1][0] if self.stack else -1
         record = ModuleCall(name, type_name(type(module)), len(self.stack), call, parent)
         record.input_shapes = [tuple(t.shape) for t in inputs]
-        record.input_dtypes = [str(t.dtype).removeprefix("torch.") for t in inputs]
+        record.input_dtypes = _dtypes(inputs)
         record.input_bytes = _nbytes(inputs)
         index = len(self.calls)
         self.calls.append(record)
@@ -161,6 +159,8 @@ class _Recorder:
         for tensor in inputs:
             if tensor.requires_grad and torch.is_grad_enabled():
                 self.handles.append(hook_grad(tensor, self._grad_hook(index, output=False)))
+        if self.memory is not None:
+            self.memory.enter()
         self.clock.leave()
 
     def _post(
@@ -168,13 +168,15 @@ class _Recorder:
     ) -> None:
         now = self.clock.enter()
         index, start = self.stack.pop()
+        self.forward_marks[index] = (start, now)
         record = self.calls[index]
-        record.forward_ms = (now - start) * 1e3
+        if self.memory is not None:
+            record.forward_mem_bytes, record.forward_peak_bytes = self.memory.leave()
         outputs = list(iter_tensors(output))
         record.output_shapes = [tuple(t.shape) for t in outputs]
-        record.output_dtypes = [str(t.dtype).removeprefix("torch.") for t in outputs]
+        record.output_dtypes = _dtypes(outputs)
         record.output_bytes = _nbytes(outputs)
-        record.output_nonfinite = _nonfinite(outputs)
+        self.flags.note((index, "output_nonfinite"), outputs)
         for tensor in outputs:
             if tensor.requires_grad:
                 self.handles.append(hook_grad(tensor, self._grad_hook(index, output=True)))
@@ -182,18 +184,17 @@ class _Recorder:
 
     def _grad_hook(self, index: int, output: bool) -> Callable[[Tensor], None]:
         """The hook reading the gradient of an output (or input) of call `index`."""
+        record = self.calls[index]
+        marks, shapes, flag = (
+            (self.grad_out_at, record.grad_output_shapes, "grad_output_nonfinite")
+            if output
+            else (self.grad_in_at, record.grad_input_shapes, "grad_input_nonfinite")
+        )
 
         def hook(grad: Tensor) -> None:
-            now = self.clock.enter()
-            record = self.calls[index]
-            if output:  # the first output gradient to arrive starts the call's backward
-                self.grad_out_at[index] = min(self.grad_out_at.get(index, now), now)
-                record.grad_output_shapes.append(tuple(grad.shape))
-                record.grad_output_nonfinite |= _nonfinite([grad])
-            else:  # the last input gradient computed ends it
-                self.grad_in_at[index] = max(self.grad_in_at.get(index, now), now)
-                record.grad_input_shapes.append(tuple(grad.shape))
-                record.grad_input_nonfinite |= _nonfinite([grad])
+            marks.setdefault(index, []).append(self.clock.enter())
+            shapes.append(tuple(grad.shape))
+            self.flags.note((index, flag), [grad])
             self.clock.leave()
 
         return hook
@@ -217,7 +218,12 @@ class Summary:
     Attributes:
         calls: the `ModuleCall`s.
         total_params, trainable_params, param_bytes: of the whole model, each parameter once.
-        forward_ms, backward_ms: the whole pass.
+        forward_ms, backward_ms: the whole pass (NaN where not measured).
+        timing: how times were measured: `"wall clock"` (CPU), `"CUDA events"` (GPU) or
+            `"not measured"` (a tracker's recording).
+        device: the CUDA device whose memory was measured (`None` on the CPU).
+        peak_bytes: on a GPU, the most the pass had allocated at once above what was
+            allocated before it (`None` on the CPU).
     """
 
     def __init__(
@@ -235,6 +241,13 @@ class Summary:
         self.param_bytes = sum(p.numel() * p.element_size() for p in params)
         self.forward_ms = forward_ms
         self.backward_ms = backward_ms
+        self.timing = "not measured"
+        self.device: str | None = None
+        self.peak_bytes: int | None = None
+
+    def _header(self) -> list[str]:
+        memory = ["fwd peak MiB"] if self.device is not None else []
+        return ["module (type)", "output shape", "params", "fwd ms", "bwd ms", *memory, ""]
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -286,6 +299,10 @@ class Summary:
                 label += f" #{c.call}"
             shapes = ", ".join(str(list(s)) for s in c.output_shapes) or "-"
             flag = "NaN/inf" if c.output_nonfinite or c.grad_input_nonfinite else ""
+            memory = []
+            if self.device is not None:
+                peak = c.forward_peak_bytes
+                memory.append("-" if peak is None else f"{peak / 2**20:.2f}")
             rows.append(
                 [
                     f"{label} ({c.type.rsplit('.', 1)[-1]})",
@@ -293,12 +310,11 @@ class Summary:
                     f"{c.params:,}" if c.params else "-",
                     _ms(c.forward_ms),
                     _ms(c.backward_ms),
+                    *memory,
                     flag,
                 ]
             )
         return rows
-
-    _HEADER = ("module (type)", "output shape", "params", "fwd ms", "bwd ms", "")
 
     def table(self, depth: int | None = None) -> str:
         """The text table `print(s)` shows, down to `depth` levels (`None`: all).
@@ -310,8 +326,9 @@ class Summary:
             check_count(
                 check_int(depth, "depth=") + 1, "depth=", "levels to show (0: the model alone) + 1"
             )
-        rows = [list(self._HEADER), *self._rows(depth)]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(self._HEADER))]
+        header = self._header()
+        rows = [header, *self._rows(depth)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         line = "-" * (sum(widths) + 2 * (len(widths) - 1))
         out = [line]
         for i, row in enumerate(rows):
@@ -324,12 +341,20 @@ class Summary:
         if self.forward_ms != self.forward_ms:
             times = "Times: not measured (a tracker's recording; summary(model, x) times them)"
         else:
-            times = f"Forward: {_ms(self.forward_ms)} ms, backward: {_ms(self.backward_ms)} ms"
-        return [
+            times = (
+                f"Forward: {_ms(self.forward_ms)} ms, backward: {_ms(self.backward_ms)} ms "
+                f"({self.timing})"
+            )
+        lines = [
             f"Total params: {self.total_params:,} (trainable: {self.trainable_params:,}, "
             f"{self.param_bytes / 2**20:.2f} MiB)",
             times,
         ]
+        if self.peak_bytes is not None:
+            lines.append(
+                f"Peak memory of the pass on {self.device}: {self.peak_bytes / 2**20:.2f} MiB"
+            )
+        return lines
 
     def __str__(self) -> str:
         return self.table()
@@ -338,7 +363,7 @@ class Summary:
         return f"Summary({len(self.calls)} module calls, {self.total_params:,} params)"
 
     def _repr_html_(self) -> str:
-        cells = "".join(f"<th>{html.escape(h)}</th>" for h in self._HEADER)
+        cells = "".join(f"<th>{html.escape(h)}</th>" for h in self._header())
         body = [f"<tr>{cells}</tr>"]
         for row in self._rows(None):
             indent = len(row[0]) - len(row[0].lstrip(" "))
@@ -360,12 +385,22 @@ def summary(
     call: shapes, dtypes, bytes, parameter counts, times, NaN/inf flags (see `ModuleCall`).
 
     Parameter totals count each parameter once, also when it is shared (tied embeddings)
-    or its module is called twice. Times are wall clock with the summary's own work taken
-    out (on a GPU, that is the host's time, kernel launches, not the kernels' own: CUDA
-    event timing and allocator figures are not implemented yet); a parent's time includes its children's, and the self times add up to the
-    whole pass. Backward times run from the gradient reaching a call's output to the
-    gradients of its inputs being computed (NaN for calls whose inputs need no gradient).
-    The model's gradients are left as the backward pass made them (call `zero_grad()`).
+    or its module is called twice. A parent's time includes its children's, and the self
+    times add up to the whole pass; the summary's own work is taken out of every time.
+    Backward times run from the gradient reaching a call's output to the gradients of its
+    inputs being computed (NaN for calls whose inputs need no gradient). The model's
+    gradients are left as the backward pass made them (call `zero_grad()`).
+
+    On the CPU, times are wall clock. When the model or its inputs are on a GPU, times come
+    from CUDA events recorded on the current stream in the hooks and read after the pass
+    (nothing waits for the GPU inside a hook; NaN/inf checks are read after the pass too),
+    and each call gets the CUDA caching allocator's figures: the bytes it left allocated
+    and its peak above what was allocated when it started (`ModuleCall.forward_mem_bytes`,
+    `forward_peak_bytes`; `Summary.peak_bytes` for the pass). To measure peaks, the
+    allocator's peak counter is reset at every hook, so `torch.cuda.max_memory_allocated`
+    counts from the end of the pass. A model whose GPU waits for the host (many small
+    kernels) shows the time the host took to launch them, the hooks' own host time
+    included.
 
     Args:
         model: the model.
@@ -389,14 +424,49 @@ def summary(
         (172, 4)
     """
     check_type(model, nn.Module, "model", "a torch.nn.Module")
+    check_bool(backward, "backward=")
     if loss_fn is not None:
         check_callable(loss_fn, "loss_fn=", "output -> scalar tensor")
-    recorder = _Recorder(model)
-    backward_ms = float("nan")
+    device = _cuda_device(model, (inputs, kwargs))
+    if device is None:
+        return _measure(model, inputs, kwargs, backward, loss_fn, WallClock(), None)
+    clock = EventClock(
+        lambda: torch.cuda.Event(enable_timing=True),  # type: ignore[no-untyped-call]
+        lambda: torch.cuda.synchronize(device),
+    )
+    return _measure(model, inputs, kwargs, backward, loss_fn, clock, CudaMemory(device))
+
+
+def _cuda_device(model: nn.Module, inputs: Any) -> torch.device | None:
+    """The CUDA device the pass runs on: its first CUDA parameter's, buffer's or input's."""
+    tensors = itertools.chain(model.parameters(), model.buffers(), iter_tensors(inputs))
+    return next((t.device for t in tensors if t.is_cuda), None)
+
+
+def _mark(clock: Clock) -> int:
+    mark = clock.enter()
+    clock.leave()
+    return mark
+
+
+def _measure(
+    model: nn.Module,
+    inputs: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    backward: bool,
+    loss_fn: Callable[[Any], Tensor] | None,
+    clock: Clock,
+    memory: CudaMemory | None,
+) -> Summary:
+    """The pass of `summary`, timed by `clock` and, on CUDA, with `memory`'s figures."""
+    recorder = _Recorder(model, clock, memory)
+    marks: list[int] = []  # forward start and end, then backward start and end
     try:
-        start = time.perf_counter()
+        if memory is not None:
+            memory.begin_pass()
+        marks.append(_mark(clock))
         output = model(*inputs, **kwargs)
-        forward_ms = (time.perf_counter() - start - recorder.clock.spent) * 1e3
+        marks.append(_mark(clock))
         if backward:
             if loss_fn is not None:
                 loss = loss_fn(output)
@@ -408,18 +478,30 @@ def summary(
                     f"loss_fn= must return a tensor to differentiate, got {type(loss).__name__}"
                 )
             if loss.requires_grad:
-                spent = recorder.clock.spent
-                start = time.perf_counter()
+                marks.append(_mark(clock))
                 loss.backward()  # type: ignore[no-untyped-call]
-                backward_ms = (time.perf_counter() - start - (recorder.clock.spent - spent)) * 1e3
+                marks.append(_mark(clock))
+        if memory is not None:
+            memory.end_pass()
     except Exception as error:
+        recorder.remove()
+        # What the calls so far found, as far as it can be read (a device error may stop
+        # that too: the user's exception is what matters).
+        with contextlib.suppress(Exception):
+            _finish(recorder, model)
         with contextlib.suppress(AttributeError):  # exceptions with __slots__
             error.summary_calls = recorder.calls  # type: ignore[attr-defined]
         raise
-    finally:
-        recorder.remove()
-    _finish(recorder, model)
-    return Summary(recorder.calls, model, forward_ms, backward_ms)
+    recorder.remove()
+    times = _finish(recorder, model)
+    forward_ms = times[marks[1]] - times[marks[0]]
+    backward_ms = times[marks[3]] - times[marks[2]] if len(marks) == 4 else math.nan
+    result = Summary(recorder.calls, model, forward_ms, backward_ms)
+    result.timing = clock.name
+    if memory is not None:
+        result.device = str(memory.device)
+        result.peak_bytes = memory.pass_peak - memory.pass_start
+    return result
 
 
 def _set_params(c: ModuleCall, module: nn.Module) -> list[nn.Parameter]:
@@ -436,10 +518,17 @@ def _set_params(c: ModuleCall, module: nn.Module) -> list[nn.Parameter]:
     return own
 
 
-def _finish(recorder: _Recorder, model: nn.Module) -> None:
-    """Parameter counts, backward times and self times, once the pass is over."""
+def _finish(recorder: _Recorder, model: nn.Module) -> list[float]:
+    """Once the pass is over: read the NaN/inf flags and the clock's marks (this waits for
+    the device), then fill in parameter counts, forward, backward and self times. Returns
+    the time of every mark (ms)."""
+    for index, field in recorder.flags.resolve():
+        setattr(recorder.calls[index], field, True)
+    t = recorder.clock.times()
     modules = dict(model.named_modules(remove_duplicate=False))
     calls = recorder.calls
+    for index, (start, end) in recorder.forward_marks.items():
+        calls[index].forward_ms = t[end] - t[start]
     children: dict[int, list[int]] = {}
     for index, c in enumerate(calls):
         children.setdefault(c.parent, []).append(index)
@@ -450,23 +539,21 @@ def _finish(recorder: _Recorder, model: nn.Module) -> None:
     for index in range(len(calls) - 1, -1, -1):
         c = calls[index]
         own = _set_params(c, modules[c.name])
-        candidates = [recorder.param_at[id(p)] for p in own if id(p) in recorder.param_at]
+        candidates = [t[recorder.param_at[id(p)]] for p in own if id(p) in recorder.param_at]
         candidates += [ends[k] for k in children.get(index, []) if k in ends]
-        if index in recorder.grad_in_at:
-            candidates.append(recorder.grad_in_at[index])
+        candidates += [t[mark] for mark in recorder.grad_in_at.get(index, [])]
         # A parent's output is often its last child's: whichever hook ran first, the
         # parent's backward starts no later than its children's.
         starts = [starts_at[k] for k in children.get(index, []) if k in starts_at]
-        if index in recorder.grad_out_at:
-            starts.append(recorder.grad_out_at[index])
+        starts += [t[mark] for mark in recorder.grad_out_at.get(index, [])]
         if starts and candidates:
             starts_at[index], ends[index] = min(starts), max(candidates)
             # Siblings' backward passes touch (one's start is the other's end, seen by two
             # hooks microseconds apart), so their measured sum can exceed the parent's by
             # that much: a parent takes at least its children's time.
             kid_times = [calls[k].backward_ms for k in children.get(index, [])]
-            measured = (ends[index] - starts_at[index]) * 1e3
-            c.backward_ms = max(measured, sum(t for t in kid_times if t == t))
+            measured = ends[index] - starts_at[index]
+            c.backward_ms = max(measured, sum(x for x in kid_times if x == x))
     for index, c in enumerate(calls):
         kids = [calls[k] for k in children.get(index, [])]
         c.self_forward_ms = c.forward_ms - sum(k.forward_ms for k in kids)
@@ -474,6 +561,7 @@ def _finish(recorder: _Recorder, model: nn.Module) -> None:
             c.self_backward_ms = c.backward_ms - sum(
                 k.backward_ms for k in kids if k.backward_ms == k.backward_ms
             )
+    return t
 
 
 def _enclosing_name(name: str, names: Collection[str]) -> str | None:
@@ -545,7 +633,6 @@ def recorded_summary(
         c.output_dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors]
         c.output_bytes = _nbytes(tensors)
         c.output_nonfinite = bool(bad[i])
-        c.forward_ms = c.self_forward_ms = float("nan")
         if s.name in modules:
             _set_params(c, modules[s.name])
         calls.append(c)
@@ -571,4 +658,4 @@ def recorded_summary(
         elif s.grad:
             c.grad_output_shapes += shapes
             c.grad_output_nonfinite |= bool(bad[i])
-    return Summary(calls, list(modules.values()), float("nan"), float("nan"))
+    return Summary(calls, list(modules.values()), math.nan, math.nan)

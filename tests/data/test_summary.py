@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 import torch
 from torch import Tensor, nn
 
 from tensor_tracker import summary, track
+from tensor_tracker.data.summary import _measure
+from tensor_tracker.data.timeline import CudaMemory, EventClock
 from tests.helpers import hook_count
 
 
@@ -196,3 +199,128 @@ def test_a_tracker_summary_of_statistics_picks_a_step_and_flags_nan() -> None:
     assert t.summary().total_params == 15  # the modules are still known
     with pytest.raises(ValueError, match="step=5 was not recorded"):
         t.summary(step=5)
+
+
+# -- the GPU's way of measuring, driven by stand-ins on the CPU ----------------------------
+
+
+class _FakeDevice:
+    """A device timeline: module code advances it; each of the summary's `enter()` events
+    is followed by 1 ms of its own work (what `EventClock` must leave out)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.records = 0
+        self.allocated = 0
+        self.peak = 0
+
+    def event(self) -> _FakeEvent:
+        return _FakeEvent(self)
+
+    def alloc(self, n: int) -> None:
+        self.allocated += n
+        self.peak = max(self.peak, self.allocated)
+
+    def read(self) -> tuple[int, int]:
+        now, peak = self.allocated, self.peak
+        self.peak = self.allocated  # what resetting the allocator's peak counter does
+        return now, peak
+
+
+class _FakeEvent:
+    def __init__(self, device: _FakeDevice) -> None:
+        self.device = device
+        self.at = math.nan
+
+    def record(self) -> None:
+        device = self.device
+        self.at = device.now
+        device.records += 1
+        if device.records % 2:  # an enter(): the summary's own work follows
+            device.now += 1.0
+
+    def elapsed_time(self, later: _FakeEvent) -> float:
+        return later.at - self.at
+
+
+class _Costly(torch.autograd.Function):
+    """Identity whose forward and backward take `forward` and `backward` ms of device time."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: Tensor, device: _FakeDevice, forward: float, backward: float
+    ) -> Tensor:
+        device.now += forward
+        ctx.device, ctx.backward = device, backward
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        ctx.device.now += ctx.backward
+        return grad, None, None, None
+
+
+class _Work(nn.Module):
+    """Takes `forward`/`backward` ms, allocates `keep` bytes for good and `temp` bytes that
+    it frees before returning."""
+
+    def __init__(self, device: _FakeDevice, forward: float, backward: float, keep: int, temp: int):
+        super().__init__()
+        self.device, self.cost, self.keep, self.temp = device, (forward, backward), keep, temp
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.device.alloc(self.keep + self.temp)
+        self.device.alloc(-self.temp)
+        return _Costly.apply(x, self.device, *self.cost)  # type: ignore[no-any-return]
+
+
+def test_device_times_and_memory_leave_the_summarys_own_work_out() -> None:
+    device = _FakeDevice()
+    model = nn.Sequential(
+        _Work(device, 2.0, 5.0, keep=100, temp=50), _Work(device, 3.0, 7.0, keep=10, temp=400)
+    )
+    clock = EventClock(device.event, lambda: None)
+    memory = CudaMemory(torch.device("cuda", 0), read=device.read)
+    x = torch.ones(3, requires_grad=True)
+    s = _measure(model, (x,), {}, True, None, clock, memory)
+    root, first, second = s.calls
+    # Exactly the module code's device time: the summary's 1 ms per hook is left out.
+    assert (first.forward_ms, second.forward_ms, root.forward_ms) == (2.0, 3.0, 5.0)
+    assert s.forward_ms == 5.0
+    assert (first.backward_ms, second.backward_ms) == (5.0, 7.0)
+    assert root.backward_ms == 12.0 and s.backward_ms == 12.0
+    assert root.self_forward_ms == 0.0 and root.self_backward_ms == 0.0
+    assert (first.forward_mem_bytes, first.forward_peak_bytes) == (100, 150)
+    assert (second.forward_mem_bytes, second.forward_peak_bytes) == (10, 410)
+    # The root: both children's kept bytes; its peak is the second child's temporary on
+    # top of the first child's kept bytes.
+    assert (root.forward_mem_bytes, root.forward_peak_bytes) == (110, 510)
+    assert s.peak_bytes == 510 and s.timing == "CUDA events" and s.device == "cuda:0"
+    assert "fwd peak MiB" in str(s) and "Peak memory of the pass on cuda:0" in str(s)
+    frame = s.to_frame()
+    assert frame["forward_peak_bytes"].tolist() == [510, 150, 410]
+
+
+def test_cpu_summaries_have_no_memory_figures() -> None:
+    s = summary(nn.Sequential(nn.Linear(3, 3)), torch.randn(2, 3))
+    assert s.device is None and s.peak_bytes is None and s.timing == "wall clock"
+    assert all(c.forward_mem_bytes is None and c.forward_peak_bytes is None for c in s)
+    assert "fwd peak" not in str(s) and "(wall clock)" in str(s)
+
+
+def test_an_error_keeps_the_flags_of_the_calls_that_finished() -> None:
+    class Bad(nn.Module):
+        def forward(self, x: Tensor) -> Tensor:
+            return x.log()
+
+    class Boom(nn.Module):
+        def forward(self, x: Tensor) -> Tensor:
+            raise RuntimeError("boom")
+
+    model = nn.Sequential(Bad(), Boom())
+    with pytest.raises(RuntimeError, match="boom") as info:
+        summary(model, -torch.ones(2))
+    calls = info.value.summary_calls  # type: ignore[attr-defined]
+    assert [(c.name, c.output_nonfinite) for c in calls] == [("", False), ("0", True), ("1", False)]
+    assert calls[1].forward_ms >= 0 and math.isnan(calls[0].forward_ms)  # unfinished: NaN
+    assert hook_count(model) == 0
