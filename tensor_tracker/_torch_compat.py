@@ -57,6 +57,17 @@ def gradient_node(tensor: torch.Tensor) -> Any:
     return tensor.grad_fn if get_edge is None else get_edge(tensor).node
 
 
+_SEQUENCE_NR: Callable[[], int] | None = getattr(torch._C._autograd, "_get_sequence_nr", None)
+
+
+def next_sequence_nr() -> int | None:
+    """The sequence number the next autograd node made in this thread will get (`None`
+    where torch does not say): the nodes a module call made are those numbered from its
+    value at the call's start to its value at the end. The engine runs nodes with higher
+    numbers first, and `node._sequence_nr()` reads a node's."""
+    return None if _SEQUENCE_NR is None else _SEQUENCE_NR()
+
+
 def queue_at_end_of_backward(callback: Callable[[], None]) -> None:
     """Run `callback` when the running backward pass finishes (DDP and FSDP use the same
     engine entry point for their end-of-backward work)."""

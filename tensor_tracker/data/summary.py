@@ -9,6 +9,7 @@ torchinfo's and an HTML table in notebooks.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import html
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from .._optional import require
+from .._torch_compat import next_sequence_nr
 from .._validate import check_bool, check_callable, check_count, check_int, check_type
 from ..core.grad_hooks import hook_grad
 from ..core.records import Stash
@@ -52,9 +54,10 @@ class ModuleCall:
             each parameter counted once; trainable: of those, the ones requiring grad.
         param_bytes, grad_bytes: bytes of `params_total`'s parameters and of their `.grad`.
         input_bytes, output_bytes: bytes of the input and output tensors.
-        forward_ms, backward_ms: time of the call and of its backward, children included
-            (NaN where not measured); self_forward_ms, self_backward_ms: without the
-            children's.
+        forward_ms: time of the call, children included (NaN where not measured).
+        backward_ms: time the backward pass spent in the autograd operations this call's
+            forward made, children included (NaN when none ran).
+        self_forward_ms, self_backward_ms: the same without the children's.
         forward_mem_bytes: on a GPU, the bytes the call left allocated (its outputs and
             what it saved for the backward pass); `None` on the CPU.
         forward_peak_bytes: on a GPU, the most the call had allocated at once above what
@@ -104,7 +107,13 @@ def _dtypes(tensors: list[Tensor]) -> list[str]:
 class _Recorder:
     """The hooks of one summary pass. They note marks on `clock` (resolved to times after
     the pass), NaN/inf flags as device tensors, shapes, and, with `memory`, the CUDA
-    allocator's figures; nothing waits for a device."""
+    allocator's figures; nothing waits for a device.
+
+    Backward times come from the autograd nodes themselves: each node a call's forward made
+    (told by their sequence numbers) is timed as it runs, and a call's backward time is
+    the time its nodes and its children's took. Times of tensors' gradients arriving would
+    not do: a tensor used by several calls (a tied weight, a cache passed to every block)
+    gets its gradient when the last user's backward is done."""
 
     def __init__(self, model: nn.Module, clock: Clock, memory: CudaMemory | None) -> None:
         self.calls: list[ModuleCall] = []
@@ -113,29 +122,16 @@ class _Recorder:
         self.flags = NonFiniteFlags()
         self.stack: list[tuple[int, int]] = []  # (call index, start mark) of running calls
         self.forward_marks: dict[int, tuple[int, int]] = {}  # call index -> (start, end)
+        # Per call, the sequence numbers of the autograd nodes its forward made: [start, end).
+        self.sequence: dict[int, tuple[int, int]] = {}
+        self.node_marks: list[tuple[int, int, int]] = []  # (call, node start, node end)
         self.counts: dict[str, int] = {}
-        # Marks, per call, of its output gradients' arrivals and of its input gradients
-        # being computed; per parameter, of its .grad being written.
-        self.grad_out_at: dict[int, list[int]] = {}
-        self.grad_in_at: dict[int, list[int]] = {}
-        self.param_at: dict[int, int] = {}
         self.handles: list[Any] = []
         names = {m: n for n, m in model.named_modules(remove_duplicate=False)}
         self.names = names
         for module in dict.fromkeys(names):
             self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._post, with_kwargs=True))
-        for param in _subtree_params(model):
-            if param.requires_grad:
-                self.handles.append(
-                    param.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
-                        self._param_done
-                    )
-                )
-
-    def _param_done(self, param: Tensor) -> None:
-        self.param_at[id(param)] = self.clock.enter()
-        self.clock.leave()
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -161,6 +157,9 @@ class _Recorder:
                 self.handles.append(hook_grad(tensor, self._grad_hook(index, output=False)))
         if self.memory is not None:
             self.memory.enter()
+        first = next_sequence_nr()
+        if first is not None:
+            self.sequence[index] = (first, first)
         self.clock.leave()
 
     def _post(
@@ -169,6 +168,8 @@ class _Recorder:
         now = self.clock.enter()
         index, start = self.stack.pop()
         self.forward_marks[index] = (start, now)
+        if index in self.sequence:
+            self.sequence[index] = (self.sequence[index][0], next_sequence_nr() or 0)
         record = self.calls[index]
         if self.memory is not None:
             record.forward_mem_bytes, record.forward_peak_bytes = self.memory.leave()
@@ -185,19 +186,59 @@ class _Recorder:
     def _grad_hook(self, index: int, output: bool) -> Callable[[Tensor], None]:
         """The hook reading the gradient of an output (or input) of call `index`."""
         record = self.calls[index]
-        marks, shapes, flag = (
-            (self.grad_out_at, record.grad_output_shapes, "grad_output_nonfinite")
+        shapes, flag = (
+            (record.grad_output_shapes, "grad_output_nonfinite")
             if output
-            else (self.grad_in_at, record.grad_input_shapes, "grad_input_nonfinite")
+            else (record.grad_input_shapes, "grad_input_nonfinite")
         )
 
         def hook(grad: Tensor) -> None:
-            marks.setdefault(index, []).append(self.clock.enter())
+            self.clock.enter()
             shapes.append(tuple(grad.shape))
             self.flags.note((index, flag), [grad])
             self.clock.leave()
 
         return hook
+
+    def time_nodes(self, roots: list[Any]) -> None:
+        """Time, in the coming backward pass, every autograd node that `roots` (the loss's
+        nodes) reach and that a module call's forward made, for that (innermost) call."""
+        if len(self.sequence) != len(self.calls):
+            return  # this torch does not number the nodes
+        # Calls are numbered in the order they started, parents before their children.
+        starts = [self.sequence[index][0] for index in range(len(self.calls))]
+        seen: set[Any] = set()
+        pending = [node for node in roots if node is not None]
+        while pending:
+            node = pending.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            pending.extend(n for n, _ in node.next_functions if n is not None)
+            number = node._sequence_nr()
+            # The innermost call that made it: of the last call to start before it, the
+            # nearest enclosing call (itself first) that had not ended yet.
+            index = bisect.bisect_right(starts, number) - 1
+            while index >= 0 and number >= self.sequence[index][1]:
+                index = self.calls[index].parent
+            if index >= 0:
+                self._time_node(node, index)
+
+    def _time_node(self, node: Any, index: int) -> None:
+        started: list[int] = []
+
+        def before(grad_outputs: Any) -> None:
+            started.append(self.clock.enter())
+            self.clock.leave()
+
+        def after(grad_inputs: Any, grad_outputs: Any) -> None:
+            end = self.clock.enter()
+            if started:
+                self.node_marks.append((index, started.pop(), end))
+            self.clock.leave()
+
+        self.handles.append(node.register_prehook(before))
+        self.handles.append(node.register_hook(after))
 
 
 def _ms(value: float) -> str:
@@ -297,7 +338,10 @@ class Summary:
             label = "  " * c.depth + (c.name.rsplit(".", 1)[-1] or "(model)")
             if c.call:
                 label += f" #{c.call}"
-            shapes = ", ".join(str(list(s)) for s in c.output_shapes) or "-"
+            # A Hugging Face model returns its cache too: the first shapes say enough.
+            shapes = ", ".join(str(list(s)) for s in c.output_shapes[:2]) or "-"
+            if len(c.output_shapes) > 2:
+                shapes += f" (+{len(c.output_shapes) - 2} more)"
             flag = "NaN/inf" if c.output_nonfinite or c.grad_input_nonfinite else ""
             memory = []
             if self.device is not None:
@@ -386,10 +430,13 @@ def summary(
 
     Parameter totals count each parameter once, also when it is shared (tied embeddings)
     or its module is called twice. A parent's time includes its children's, and the self
-    times add up to the whole pass; the summary's own work is taken out of every time.
-    Backward times run from the gradient reaching a call's output to the gradients of its
-    inputs being computed (NaN for calls whose inputs need no gradient). The model's
-    gradients are left as the backward pass made them (call `zero_grad()`).
+    times add up to the parent's; the summary's own work is taken out of every time. A
+    call's backward time is the time the backward pass spent running the autograd
+    operations that call's forward made (told apart by their sequence numbers), so calls
+    that share a tensor or a tied weight are not charged for each other; what runs
+    outside every module (the loss, accumulating parameter gradients) counts only in
+    `Summary.backward_ms`. The model's gradients are left as the backward pass made them
+    (call `zero_grad()`).
 
     On the CPU, times are wall clock. When the model or its inputs are on a GPU, times come
     from CUDA events recorded on the current stream in the hooks and read after the pass
@@ -478,6 +525,7 @@ def _measure(
                     f"loss_fn= must return a tensor to differentiate, got {type(loss).__name__}"
                 )
             if loss.requires_grad:
+                recorder.time_nodes([loss.grad_fn])
                 marks.append(_mark(clock))
                 loss.backward()  # type: ignore[no-untyped-call]
                 marks.append(_mark(clock))
@@ -527,40 +575,24 @@ def _finish(recorder: _Recorder, model: nn.Module) -> list[float]:
     t = recorder.clock.times()
     modules = dict(model.named_modules(remove_duplicate=False))
     calls = recorder.calls
+    for c in calls:
+        _set_params(c, modules[c.name])
     for index, (start, end) in recorder.forward_marks.items():
         calls[index].forward_ms = t[end] - t[start]
+    own_backward: dict[int, float] = {}
+    for index, start, end in recorder.node_marks:
+        own_backward[index] = own_backward.get(index, 0.0) + t[end] - t[start]
     children: dict[int, list[int]] = {}
     for index, c in enumerate(calls):
         children.setdefault(c.parent, []).append(index)
-    # A call's backward ends with the last of its inputs' gradients, its parameters'
-    # gradients and its children's backward ends; children come after their parent.
-    starts_at: dict[int, float] = {}
-    ends: dict[int, float] = {}
-    for index in range(len(calls) - 1, -1, -1):
+    for index in range(len(calls) - 1, -1, -1):  # children before their parents
         c = calls[index]
-        own = _set_params(c, modules[c.name])
-        candidates = [t[recorder.param_at[id(p)]] for p in own if id(p) in recorder.param_at]
-        candidates += [ends[k] for k in children.get(index, []) if k in ends]
-        candidates += [t[mark] for mark in recorder.grad_in_at.get(index, [])]
-        # A parent's output is often its last child's: whichever hook ran first, the
-        # parent's backward starts no later than its children's.
-        starts = [starts_at[k] for k in children.get(index, []) if k in starts_at]
-        starts += [t[mark] for mark in recorder.grad_out_at.get(index, [])]
-        if starts and candidates:
-            starts_at[index], ends[index] = min(starts), max(candidates)
-            # Siblings' backward passes touch (one's start is the other's end, seen by two
-            # hooks microseconds apart), so their measured sum can exceed the parent's by
-            # that much: a parent takes at least its children's time.
-            kid_times = [calls[k].backward_ms for k in children.get(index, [])]
-            measured = ends[index] - starts_at[index]
-            c.backward_ms = max(measured, sum(x for x in kid_times if x == x))
-    for index, c in enumerate(calls):
         kids = [calls[k] for k in children.get(index, [])]
         c.self_forward_ms = c.forward_ms - sum(k.forward_ms for k in kids)
-        if c.backward_ms == c.backward_ms:
-            c.self_backward_ms = c.backward_ms - sum(
-                k.backward_ms for k in kids if k.backward_ms == k.backward_ms
-            )
+        kid_backward = [k.backward_ms for k in kids if k.backward_ms == k.backward_ms]
+        if index in own_backward or kid_backward:
+            c.self_backward_ms = own_backward.get(index, 0.0)
+            c.backward_ms = c.self_backward_ms + sum(kid_backward)
     return t
 
 

@@ -324,3 +324,51 @@ def test_an_error_keeps_the_flags_of_the_calls_that_finished() -> None:
     assert [(c.name, c.output_nonfinite) for c in calls] == [("", False), ("0", True), ("1", False)]
     assert calls[1].forward_ms >= 0 and math.isnan(calls[0].forward_ms)  # unfinished: NaN
     assert hook_count(model) == 0
+
+
+def test_backward_times_of_calls_that_share_a_tensor() -> None:
+    """`m` goes to two calls: its gradient is complete only after both, which must not
+    make the first of them look as slow as both (nor its parent slower than the pass)."""
+    device = _FakeDevice()
+
+    class Fan(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = _Work(device, 1.0, 2.0, keep=0, temp=0)
+            self.b = _Work(device, 1.0, 3.0, keep=0, temp=0)
+            self.c = _Work(device, 1.0, 5.0, keep=0, temp=0)
+
+        def forward(self, x: Tensor) -> Tensor:
+            m = self.a(x)
+            return self.b(m) + self.c(m)
+
+    clock = EventClock(device.event, lambda: None)
+    s = _measure(Fan(), (torch.ones(2, requires_grad=True),), {}, True, None, clock, None)
+    root, a, b, c = s.calls
+    assert (a.backward_ms, b.backward_ms, c.backward_ms) == (2.0, 3.0, 5.0)
+    assert root.backward_ms == 10.0 == s.backward_ms and root.self_backward_ms == 0.0
+
+
+def test_tied_weights_and_a_tensor_passed_to_every_block_keep_times_nested() -> None:
+    class Blocks(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(50, 32)
+            self.blocks = nn.ModuleList(nn.Linear(64, 32) for _ in range(3))
+            self.head = nn.Linear(32, 50, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, tokens: Tensor) -> Tensor:
+            h = context = self.embed(tokens)
+            for block in self.blocks:  # every block also reads the first embedding
+                h = torch.tanh(block(torch.cat([h, context], -1)))
+            return self.head(h)
+
+    torch.manual_seed(0)
+    model = Blocks()
+    s = summary(model, torch.randint(0, 50, (4, 64)))
+    for i, c in enumerate(s.calls):
+        kids = [k.backward_ms for k in s.calls if k.parent == i]
+        assert c.backward_ms >= sum(kids) - 1e-9 and c.self_backward_ms >= 0
+    assert s.calls[0].backward_ms <= s.backward_ms
+    assert sum(c.self_backward_ms for c in s) == pytest.approx(s.calls[0].backward_ms)
