@@ -229,11 +229,16 @@ class StatsFn:
         # Complex tensors are summarised by their magnitudes (custom statistics get x).
         magnitude = x.abs() if x.is_complex() else x
         dtype = compute_dtype(magnitude.dtype)
-        xc = flat(magnitude if dtype is None else magnitude.to(dtype))
+        xc = magnitude if dtype is None else magnitude.to(dtype)
         core = self._core
         if self._simple:
             assert core is not None
-            return self._core_raw(core, xc, None), numel
+            if self._compiled is None:
+                # The default path, as few calls as can be: hooks run cold.
+                xs = flat(xc) if core.flat else xc
+                return (core.host(xs) if xs.is_cpu else core.device_raw(xs, None)), numel
+            return self._core_raw(core, flat(xc), None), numel  # compiled for 1-D tensors
+        xc = flat(xc)
         # Each part is a tensor, or host floats from the CPU's fast paths; when all of them
         # are floats, no tensor is built until the statistics are read.
         parts: list[Tensor | list[float]] = []

@@ -100,7 +100,7 @@ def host_tensor(values: list[float]) -> Tensor:
     return torch.frombuffer(array.array("d", values), dtype=F64)
 
 
-def cpu_moments(x: Tensor) -> tuple[float, float]:
+def cpu_moments(x: Tensor) -> list[float]:
     """`(mean, std with correction=0)` of a 1-D float32/float64 CPU tensor.
 
     CPU `var_mean`/`std_mean` are a scalar Welford loop (~10x slower than a vectorised
@@ -116,9 +116,9 @@ def cpu_moments(x: Tensor) -> tuple[float, float]:
     square_mean = torch.dot(x, x).item() / n
     var = square_mean - mean * mean
     if 0.25 * square_mean <= var < INF:  # also false for NaN, and for squares overflowing
-        return mean, math.sqrt(var)
+        return [mean, math.sqrt(var)]
     centre = x.mean()
-    return centre.item(), torch.linalg.vector_norm(x - centre).item() / math.sqrt(n)
+    return [centre.item(), torch.linalg.vector_norm(x - centre).item() / math.sqrt(n)]
 
 
 def flat(x: Tensor) -> Tensor:
@@ -146,9 +146,9 @@ def pow2(e: float) -> float:
     return max(math.pow(2.0, e), 5e-324)
 
 
-def _cpu_minmax(x: Tensor) -> tuple[float, float]:
+def _cpu_minmax(x: Tensor) -> list[float]:
     lo, hi = torch.aminmax(x)
-    return lo.item(), hi.item()
+    return [lo.item(), hi.item()]
 
 
 def _device_moments(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -175,7 +175,7 @@ class RawGroup:
     slots: tuple[str, ...]
     empty: float
     device: Callable[[Tensor], Sequence[Tensor]]
-    host: Callable[[Tensor], Sequence[float]]
+    host: Callable[[Tensor], list[float]]
 
 
 GROUPS: dict[str, RawGroup] = {
@@ -186,22 +186,22 @@ GROUPS: dict[str, RawGroup] = {
         ("abs_sum",),
         0.0,
         lambda x: (torch.linalg.vector_norm(x, 1),),
-        lambda x: (x.abs().sum().item(),),
+        lambda x: [x.abs().sum().item()],
     ),
     "nonfinite": RawGroup(
         ("nonfinite",),
         0.0,
         lambda x: (_count_nonfinite(x),),
-        lambda x: (float(_count_nonfinite(x)),),
+        lambda x: [float(_count_nonfinite(x))],
     ),
     "nonzero": RawGroup(
         ("nonzero",),
         0.0,
         lambda x: (torch.count_nonzero(x).to(F64),),
-        lambda x: (float(torch.count_nonzero(x)),),
+        lambda x: [float(torch.count_nonzero(x))],
     ),
     # One pass, the cheapest test for NaN and infinities (what the tripwire can watch).
-    "sum": RawGroup(("sum",), 0.0, lambda x: (x.sum(),), lambda x: (x.sum().item(),)),
+    "sum": RawGroup(("sum",), 0.0, lambda x: (x.sum(),), lambda x: [x.sum().item()]),
 }
 """Every raw group, in the order their slots sit in the raw vector."""
 
@@ -216,7 +216,7 @@ class Core:
     """The built-in statistics' raw computation: the needed `GROUPS`, then (when format
     statistics are asked for) counts of |x| between `range_` thresholds."""
 
-    __slots__ = ("_host", "groups", "nb", "range")
+    __slots__ = ("flat", "groups", "host", "nb", "range")
 
     def __init__(self, groups: Sequence[RawGroup], range_: Thresholds | None) -> None:
         self.groups = tuple(groups)
@@ -225,7 +225,17 @@ class Core:
         # The default statistics' groups in one call: hooks run cold, so every Python call
         # saved there counts.
         default = (GROUPS["moments"], GROUPS["minmax"])
-        self._host = _host_moments_minmax if self.groups == default else self._host_groups
+        self.host: Callable[[Tensor], list[float]]
+        """The raw numbers of the groups for a CPU tensor, as host floats (no range counts)."""
+        if self.groups == default:
+            self.host = _host_moments_minmax
+        elif len(self.groups) == 1:
+            self.host = self.groups[0].host
+        else:
+            self.host = self._host_groups
+        self.flat = GROUPS["moments"] in self.groups
+        """Whether the kernels need a 1-D tensor (`torch.dot` does); the others reduce a
+        tensor of any shape and layout as it is, without the view `flat` makes."""
 
     def _host_groups(self, x: Tensor) -> list[float]:
         return [v for group in self.groups for v in group.host(x)]
@@ -245,7 +255,7 @@ class Core:
     def host_raw(self, x: Tensor, bounds: Tensor | None) -> list[float] | Tensor:
         """`device_raw` for a CPU tensor, as a list of floats when there are no counts (a
         list is cheaper to keep than a tensor; `Stats` builds one when it is read)."""
-        values = self._host(x)
+        values = self.host(x)
         if bounds is None:
             return values
         counts = self._range_counts(x, bounds)
