@@ -27,11 +27,13 @@ from torch import nn
 
 __all__ = [
     "compiled_callable",
+    "declare_ordered_effect",
     "dynamo_has_compiled_code",
     "forget_compiled_code",
     "gradient_node",
     "graph_task_id",
     "queue_at_end_of_backward",
+    "traces_intermediate_hooks",
     "will_execute",
 ]
 
@@ -167,3 +169,24 @@ def dynamo_has_compiled_code() -> bool:
         )
     except Exception:  # private API changed: assume it may
         return True
+
+
+def traces_intermediate_hooks() -> bool:
+    """Whether Dynamo traces `register_hook` on an intermediate tensor into the graph (its
+    `register_hook` higher-order operator, torch >= 2.13) instead of breaking the graph
+    there; see `core.graph_sink`."""
+    try:
+        from torch._higher_order_ops.register_hook import register_hook_op  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def declare_ordered_effect(op: Any) -> None:
+    """Declare that custom operator `op` (a `torch.library.custom_op`) has a side effect, so
+    that compiler passes neither drop it (it returns nothing) nor reorder it relative to
+    other calls of it: what `torch.library._register_effectful_op` does, for a
+    `CustomOpDef`, with the effect type that lives in a private module."""
+    from torch._library.effects import EffectType
+
+    op.register_effect(EffectType.ORDERED)
