@@ -27,11 +27,11 @@ from torch import nn
 
 __all__ = [
     "compiled_callable",
-    "declare_ordered_effect",
     "dynamo_has_compiled_code",
     "forget_compiled_code",
     "gradient_node",
     "graph_task_id",
+    "keep_in_graph",
     "queue_at_end_of_backward",
     "traces_intermediate_hooks",
     "will_execute",
@@ -182,11 +182,13 @@ def traces_intermediate_hooks() -> bool:
     return True
 
 
-def declare_ordered_effect(op: Any) -> None:
-    """Declare that custom operator `op` (a `torch.library.custom_op`) has a side effect, so
-    that compiler passes neither drop it (it returns nothing) nor reorder it relative to
-    other calls of it: what `torch.library._register_effectful_op` does, for a
-    `CustomOpDef`, with the effect type that lives in a private module."""
-    from torch._library.effects import EffectType
-
-    op.register_effect(EffectType.ORDERED)
+def keep_in_graph(op: Any) -> None:
+    """Declare that operator `op` (an `OpOverload`) has a side effect, so that no compiler
+    pass drops it as dead code (it returns nothing). `torch.fx.node.has_side_effect`, which
+    PyTorch keeps for functions that are not operators: the effect system it recommends
+    for operators (`torch.library._register_effectful_op`) wraps each call in the
+    `with_effects` higher-order operator, which Inductor's FX graph cache refuses ("Can't
+    cache HigherOrderOperator: with_effects"), so that every graph would be compiled anew,
+    also when a tracker attaches its hooks again; and Inductor does not keep such calls in
+    program order either."""
+    torch.fx.node.has_side_effect(op)

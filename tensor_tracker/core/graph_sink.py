@@ -6,9 +6,11 @@ tensor hooks that read the gradients, with their statistics, into the backward g
 (Dynamo traces a hook on an intermediate tensor since torch 2.13). What they compute has to
 leave the graph without a graph break and without Dynamo replaying a Python side effect,
 which would make it guard on (and recompile for) the tracker's state. So they call
-`tensor_tracker::emit`, a custom operator declared to have an ordered side effect (no
-compiler pass drops it or moves it past another `emit`), whose kernel gives the statistics
-to the tracker that owns the sink: at run time, in the order the graph computes them.
+`tensor_tracker::emit`, a custom operator declared to have a side effect (no compiler pass
+drops it), whose kernel gives the statistics to the tracker that owns the sink, at run
+time. The calls run in the order the compiled code computes them: program order with the
+`eager` and `aot_eager` backends, an order of Inductor's choosing (by data dependencies)
+with Inductor, so nothing may depend on it but the order of the records.
 """
 
 from __future__ import annotations
@@ -20,9 +22,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._torch_compat import declare_ordered_effect, traces_intermediate_hooks
+from .._torch_compat import keep_in_graph, traces_intermediate_hooks
 
-__all__ = ["Sink", "add_sink", "available", "emit_op", "hook_call_id", "remove_sink"]
+__all__ = [
+    "Sink",
+    "available",
+    "close_sink",
+    "emit_op",
+    "mark_trace_constant",
+    "new_sink_key",
+    "open_sink",
+]
 
 Sink = Callable[[Tensor, int, int, int, int, int], None]
 """Receives what a traced hook passed to `emit`: (raw statistics, site, hook call id,
@@ -30,7 +40,6 @@ element count, flags, what they are)."""
 
 _SINKS: dict[int, Sink] = {}
 _KEYS = itertools.count()
-_CALL_IDS = itertools.count()
 _OP: Any = None
 
 
@@ -39,25 +48,29 @@ def available() -> bool:
     return traces_intermediate_hooks() and hasattr(torch.library, "custom_op")
 
 
-def add_sink(sink: Sink) -> int:
-    """Register `sink`; returns the key a traced hook passes to `emit` to reach it."""
-    key = next(_KEYS)
+def new_sink_key() -> int:
+    """A key for a sink, that traced hooks pass to `emit`: a tracker keeps its key for
+    good, so that the graphs compiled again when its hooks are attached again are the same
+    (and Inductor finds them in its cache)."""
+    return next(_KEYS)
+
+
+def open_sink(key: int, sink: Sink) -> None:
+    """Deliver what `emit` receives for `key` to `sink` from now on."""
     _SINKS[key] = sink
-    return key
 
 
-def remove_sink(key: int) -> None:
-    """Forget a sink: graphs compiled with its key still run, and their `emit`s do nothing."""
+def close_sink(key: int) -> None:
+    """Stop delivering for `key`: graphs compiled with it still run, their `emit`s do
+    nothing."""
     _SINKS.pop(key, None)
 
 
-def hook_call_id() -> int:
-    """A new number for each call of a traced hook. Under torch.compile it is evaluated
-    once, while Dynamo traces the hook, and the graph keeps it as a constant (see
-    `emit_op`): in every run of the graph it names the same traced call, so that the
-    gradient hooks registered by that call can say which forward call their gradient
-    belongs to, in whatever order the compiled graphs run them."""
-    return next(_CALL_IDS)
+def mark_trace_constant(fn: Callable[[], int]) -> Callable[[], int]:
+    """Mark `fn` so that Dynamo calls it once, while tracing, and keeps its result as a
+    constant of the graph (`torch.compiler.assume_constant_result`), with no guard on it."""
+    torch.compiler.assume_constant_result(fn)  # type: ignore[no-untyped-call]
+    return fn
 
 
 def _emit(
@@ -81,11 +94,8 @@ def emit_op() -> Any:
     if _OP is None:
         op = torch.library.custom_op("tensor_tracker::emit", _emit, mutates_args=())
         op.register_fake(_emit_fake)
-        # Without a declared effect, an operator that returns nothing is dead code to
-        # AOTAutograd. (Inductor still schedules the calls by their data dependencies
-        # alone: independent ones may run in another order than traced.)
-        declare_ordered_effect(op)
-        # Marked here, not where it is defined: the marker imports torch._dynamo.
-        torch.compiler.assume_constant_result(hook_call_id)  # type: ignore[no-untyped-call]
         _OP = torch.ops.tensor_tracker.emit.default
+        # An operator that returns nothing is dead code to AOTAutograd unless declared to
+        # have a side effect.
+        keep_in_graph(_OP)
     return _OP

@@ -42,8 +42,8 @@ from ..errors import (
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns, Site
 from .dist import local_value, rank_info
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
-from .graph_sink import add_sink, emit_op, hook_call_id, remove_sink
 from .graph_sink import available as graph_sink_available
+from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
 from .memo import RecentTensors
 from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn, keep
@@ -263,6 +263,7 @@ class _Registration:
         "param_step",
         "params",
         "sites",
+        "traced_calls",
         "type",
     )
 
@@ -272,6 +273,7 @@ class _Registration:
         self.type = type(module)
         self.grad = grad
         self.calls = 0
+        self.traced_calls = 0  # see Recorder._graph_grad_hook
         self.sites: dict[tuple[Kind, str], int] = {}  # see Recorder._site
         self.param_step = -1
         # The last call that ran without autograd (as in reentrant activation checkpointing)
@@ -390,12 +392,14 @@ class Recorder:
         )
         self._pending: list[tuple[_Registration, int, int, Tensor, int]] = []
         # Compiled models recording gradients (see _graph_grad_hook): the key of the sink
-        # their graphs deliver to while hooks are attached, the registration of each site,
-        # the calls whose gradient is awaited (by traced hook call, latest run last), and
-        # the step (count) at which each parameter site was last recorded.
+        # their graphs deliver to (the same for good; open while hooks are attached), the
+        # registration of each site, the calls whose gradient is awaited (by site and
+        # traced hook call, latest run last), and the step (count) at which each parameter
+        # site was last recorded.
         self._sink: int | None = None
+        self._sink_open = False
         self._site_regs: dict[int, _Registration] = {}
-        self._awaiting: dict[int, list[_Awaiting]] = {}
+        self._awaiting: dict[tuple[int, int], list[_Awaiting]] = {}
         self._param_steps: dict[int, int] = {}
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
         self._pending_copies = False
@@ -618,8 +622,8 @@ class Recorder:
             self._recount()
         # A gradient may still come after step(), for the calls of the step ending now.
         self._awaiting = {
-            call_id: kept
-            for call_id, awaiting in self._awaiting.items()
+            key: kept
+            for key, awaiting in self._awaiting.items()
             if (kept := [a for a in awaiting if a.step == self._step])
         }
         self._step = self._step + 1 if n is None else n
@@ -749,9 +753,10 @@ class Recorder:
         self._grad_handles.clear()
         self._attached = False
         self._recent_taps.clear()
-        if self._sink is not None:
-            remove_sink(self._sink)
-            self._sink = None
+        if self._sink_open:
+            assert self._sink is not None
+            close_sink(self._sink)
+            self._sink_open = False
         self._awaiting.clear()
         _ACTIVE[:] = [t for t in _ACTIVE if t is not self]
 
@@ -869,8 +874,23 @@ class Recorder:
         fn = self._graph_fn
         emit = emit_op()
         if self._sink is None:
-            self._sink = add_sink(self._deliver)
+            self._sink = new_sink_key()
         sink = self._sink
+        if not self._sink_open:
+            open_sink(sink, self._deliver)
+            self._sink_open = True
+        # Each traced call of the hook gets a number, fixed in the compiled graph, that its
+        # gradient hooks deliver with: it tells which forward call a gradient belongs to,
+        # whatever order the compiled code runs the hooks in. Numbered from 0 at every
+        # attach, so that the graphs traced again are the same (Inductor's cache).
+        reg.traced_calls = 0
+
+        def traced_call() -> int:
+            number = reg.traced_calls
+            reg.traced_calls = number + 1
+            return number
+
+        traced_call = mark_trace_constant(traced_call)
         eager = self._untraced_hook(reg)
 
         def hook(
@@ -888,7 +908,7 @@ class Recorder:
             ):
                 eager(module, args, kwargs, output)
                 return
-            call_id = hook_call_id()  # a constant in the compiled graph
+            call_id = traced_call()  # a constant in the compiled graph
             what = _OUTPUT
             if output.requires_grad:
                 what = _HOOKED_OUTPUT
@@ -937,8 +957,8 @@ class Recorder:
     ) -> None:
         """Record statistics that a `_graph_grad_hook` computed in a compiled graph, as the
         graph runs. A forward call is numbered here, in the order the graph runs the hooks;
-        a gradient belongs to the latest run of the traced hook call `call_id` whose
-        gradient has not come yet in this backward pass."""
+        a gradient belongs to the latest run of the traced hook call (`site`, `call_id`)
+        whose gradient has not come yet in this backward pass."""
         self._drain()  # records of modules without gradients (_graph_hook) come first
         if what == _PARAM:
             if self._param_steps.get(site) != self._step_count:
@@ -952,11 +972,11 @@ class Recorder:
             self._put_raw(site, call, self._step, flags, raw, numel)
             if what == _HOOKED_OUTPUT:
                 entry = _Awaiting(site, call, self._step, flags | GRAD | TUPLE)
-                self._awaiting.setdefault(call_id, []).append(entry)
+                self._awaiting.setdefault((site, call_id), []).append(entry)
             return
         task = graph_task_id()
         from_base = what == _BASE_GRAD
-        for awaiting in reversed(self._awaiting.get(call_id, ())):
+        for awaiting in reversed(self._awaiting.get((site, call_id), ())):
             if (awaiting.base_task if from_base else awaiting.output_task) != task:
                 break
         else:
