@@ -697,7 +697,8 @@ def figures_at_scale(steps: int) -> None:
 
 @contextlib.contextmanager
 def _hooks_outside_graph() -> Any:
-    """Every hook behind `torch.compiler.disable`, as before issue #15 (for comparison)."""
+    """Every hook behind `torch.compiler.disable`, as before issue #15 (for comparison): no
+    statistics and no gradient hooks traced into the graphs."""
     saved = stats.StatsFn.traceable
     stats.StatsFn.traceable = False  # type: ignore[assignment,misc]
     try:
@@ -728,7 +729,19 @@ def compile_cost(steps: int, backend: str, layers: int = 4, quick: bool = False)
             _hooks_outside_graph,
         ),
         ("training step, untracked", True, None, contextlib.nullcontext),
-        ("training step, stats=True", True, {}, contextlib.nullcontext),
+        ("training step, stats=True (gradients in the graphs)", True, {}, contextlib.nullcontext),
+        (
+            "training step, stats=True, hooks outside the graph (before)",
+            True,
+            {},
+            _hooks_outside_graph,
+        ),
+        (
+            'training step, stats=True, capture=("outputs", "params")',
+            True,
+            {"capture": ("outputs", "params")},
+            contextlib.nullcontext,
+        ),
     ]
     if quick:
         configs = [configs[1], configs[4]]

@@ -31,7 +31,9 @@ __all__ = [
     "forget_compiled_code",
     "gradient_node",
     "graph_task_id",
+    "keep_in_graph",
     "queue_at_end_of_backward",
+    "traces_intermediate_hooks",
     "will_execute",
 ]
 
@@ -178,3 +180,26 @@ def dynamo_has_compiled_code() -> bool:
         )
     except Exception:  # private API changed: assume it may
         return True
+
+
+def traces_intermediate_hooks() -> bool:
+    """Whether Dynamo traces `register_hook` on an intermediate tensor into the graph (its
+    `register_hook` higher-order operator, torch >= 2.13) instead of breaking the graph
+    there; see `core.graph_sink`."""
+    try:
+        from torch._higher_order_ops.register_hook import register_hook_op  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def keep_in_graph(op: Any) -> None:
+    """Declare that operator `op` (an `OpOverload`) has a side effect, so that no compiler
+    pass drops it as dead code (it returns nothing). `torch.fx.node.has_side_effect`, which
+    PyTorch keeps for functions that are not operators: the effect system it recommends
+    for operators (`torch.library._register_effectful_op`) wraps each call in the
+    `with_effects` higher-order operator, which Inductor's FX graph cache refuses ("Can't
+    cache HigherOrderOperator: with_effects"), so that every graph would be compiled anew,
+    also when a tracker attaches its hooks again; and Inductor does not keep such calls in
+    program order either."""
+    torch.fx.node.has_side_effect(op)

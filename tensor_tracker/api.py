@@ -369,13 +369,15 @@ def track(
         compiled for this model: the next call recompiles with the hooks (and the first call
         after the block recompiles without them; with `every=N`, this happens around each
         recorded step). With `stats=` (the built-in statistics, without histograms, format
-        fractions or custom ones) and `grad=False`, the statistics of module outputs are
-        computed inside the compiled graph: no graph break, no recompilation from step to
-        step. Otherwise the hooks run outside the compiled graphs, one graph break per
-        tracked module (recording a gradient hooks a tensor inside the graph, where
-        TorchDynamo always breaks); the records are the same as in eager mode. A model
-        called inside some other compiled function cannot be found this way; a `with` block
-        that records nothing then warns: call `torch.compiler.reset()` before tracking.
+        fractions or custom ones), the statistics of module outputs (and parameters) are
+        computed inside the compiled graph, and on torch >= 2.13 those of their gradients
+        inside the backward graph: no graph break, no recompilation from step to step.
+        Otherwise (also with `capture="inputs"`, or `grad=True` on older torch) the hooks
+        run outside the compiled graphs, one graph break per tracked module. The records
+        are those of eager mode, gradient records in another order in places (see the
+        README). A model called inside some other compiled function cannot be found this
+        way; a `with` block that records nothing then warns: call `torch.compiler.reset()`
+        before tracking.
 
     Distributed training:
         Under `torch.distributed` each rank records its own tensors (hooks never

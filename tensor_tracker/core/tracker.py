@@ -42,6 +42,8 @@ from ..errors import (
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns, Site
 from .dist import local_value, rank_info
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
+from .graph_sink import available as graph_sink_available
+from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
 from .memo import RecentTensors
 from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn, keep
@@ -97,6 +99,12 @@ def _objects_nbytes(columns: Columns, seen: set[int]) -> int:
     return sum(_value_nbytes(o.value if isinstance(o, Stash) else o, seen) for o in columns.objects)
 
 
+def _traceable_params(reg: _Registration) -> bool:
+    """Whether `reg`'s parameters can be recorded inside a compiled graph: plain non-empty
+    tensors (not FSDP's `DTensor` shards, recorded as their local part)."""
+    return all(local_value(p) is p and p.numel() > 0 for _, p in reg.params)
+
+
 def _flat_tensors(value: Any) -> bool:
     """Whether `value` is a plain tuple of tensors and `None`s, with at least one tensor."""
     if type(value) is not tuple:
@@ -111,6 +119,32 @@ def _flat_tensors(value: Any) -> bool:
 
 
 _R = TypeVar("_R", bound="Recorder")
+
+# What a traced hook's `emit` delivers (`_graph_grad_hook`): the statistics of an output
+# whose gradient is not hooked or is, of a parameter, of an output's gradient, or of the
+# gradient of the output's base (for a view: it stands in when the view's is missing).
+_OUTPUT = 0
+_HOOKED_OUTPUT = 1
+_PARAM = 2
+_OUTPUT_GRAD = 3
+_BASE_GRAD = 4
+
+
+class _Awaiting:
+    """A compiled module call whose output's gradient is hooked (`_graph_grad_hook`), and
+    the backward passes (graph tasks) in which the output's and the base's hooks last
+    delivered: the first of the two in a pass is recorded."""
+
+    __slots__ = ("base_task", "call", "flags", "output_task", "site", "step")
+
+    def __init__(self, site: int, call: int, step: int, flags: int) -> None:
+        self.site = site
+        self.call = call
+        self.step = step
+        self.flags = flags  # of the gradient record
+        self.output_task = -1
+        self.base_task = -1
+
 
 _ACTIVE: list[Recorder] = []
 """Trackers with hooks attached now: those `stash` records into."""
@@ -229,6 +263,7 @@ class _Registration:
         "param_step",
         "params",
         "sites",
+        "traced_calls",
         "type",
     )
 
@@ -238,6 +273,7 @@ class _Registration:
         self.type = type(module)
         self.grad = grad
         self.calls = 0
+        self.traced_calls = 0  # see Recorder._graph_grad_hook
         self.sites: dict[tuple[Kind, str], int] = {}  # see Recorder._site
         self.param_step = -1
         # The last call that ran without autograd (as in reentrant activation checkpointing)
@@ -355,6 +391,16 @@ class Recorder:
             else None
         )
         self._pending: list[tuple[_Registration, int, int, Tensor, int]] = []
+        # Compiled models recording gradients (see _graph_grad_hook): the key of the sink
+        # their graphs deliver to (the same for good; open while hooks are attached), the
+        # registration of each site, the calls whose gradient is awaited (by site and
+        # traced hook call, latest run last), and the step (count) at which each parameter
+        # site was last recorded.
+        self._sink: int | None = None
+        self._sink_open = False
+        self._site_regs: dict[int, _Registration] = {}
+        self._awaiting: dict[tuple[int, int], list[_Awaiting]] = {}
+        self._param_steps: dict[int, int] = {}
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
         self._pending_copies = False
         self._outputs = "outputs" in capture_set
@@ -574,6 +620,12 @@ class Recorder:
         if self._keep_steps is not None:
             self.stashes.keep_recent_steps(self._keep_steps - 1)
             self._recount()
+        # A gradient may still come after step(), for the calls of the step ending now.
+        self._awaiting = {
+            key: kept
+            for key, awaiting in self._awaiting.items()
+            if (kept := [a for a in awaiting if a.step == self._step])
+        }
         self._step = self._step + 1 if n is None else n
         self._step_count += 1
         self._kind = kind
@@ -653,17 +705,32 @@ class Recorder:
         # per call, so only where Dynamo may run (torch.compile imports it; so does
         # transformers).
         untraced = bool(self._compiled) or "torch._dynamo" in sys.modules
-        # Hooking an output's gradient breaks the graph however it is done (Dynamo breaks
-        # at a tensor hook on an intermediate): then one break, at the disabled hook.
-        if self._outputs and self._compiled and self._graph_fn is not None and not reg.grad:
+        traced = self._outputs and self._compiled and self._graph_fn is not None
+        # Recording gradients in the graphs (torch >= 2.13); not with inputs, whose hooks
+        # stay untraced (a graph break each).
+        graph_grads = traced and reg.grad and not self._inputs and graph_sink_available()
+        if traced and not reg.grad:
             hook = self._graph_hook(reg)
             self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        elif graph_grads:
+            hook = self._graph_grad_hook(reg)
+            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
         elif self._outputs:
+            # Before torch 2.13 Dynamo breaks the graph at a tensor hook on an intermediate
+            # however it is done: then one break, at the disabled hook.
             hook = self._forward_hook(reg)
             if untraced:
                 hook = torch.compiler.disable(hook)  # type: ignore[no-untyped-call]
             self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
-        if self._inputs or self._params:
+        if graph_grads:
+            # Only parameters to record before the call (graph_grads: no inputs).
+            if self._params and reg.params and _traceable_params(reg):
+                graph_pre_hook = self._graph_param_hook(reg)
+                self._handles.append(module.register_forward_pre_hook(graph_pre_hook))
+            elif self._params and reg.params:
+                pre_hook = torch.compiler.disable(self._pre_hook(reg))  # type: ignore[no-untyped-call]
+                self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        elif self._inputs or self._params:
             pre_hook = self._pre_hook(reg)
             if untraced:
                 pre_hook = torch.compiler.disable(pre_hook)  # type: ignore[no-untyped-call]
@@ -686,6 +753,11 @@ class Recorder:
         self._grad_handles.clear()
         self._attached = False
         self._recent_taps.clear()
+        if self._sink_open:
+            assert self._sink is not None
+            close_sink(self._sink)
+            self._sink_open = False
+        self._awaiting.clear()
         _ACTIVE[:] = [t for t in _ACTIVE if t is not self]
 
     def _stash_named(self, name: str, value: Any, frame: Any, kind: Kind) -> None:
@@ -758,13 +830,7 @@ class Recorder:
         site = self._site(reg, "output", "")
         fn = self._graph_fn
         pending = self._pending
-        eager_hook = self._forward_hook(reg)
-
-        def eager(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-            self._drain()  # the calls before this one first
-            eager_hook(module, args, kwargs, output)
-
-        eager = torch.compiler.disable(eager)  # type: ignore[no-untyped-call]
+        eager = self._untraced_hook(reg)
 
         def hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -780,23 +846,178 @@ class Recorder:
 
         return hook
 
+    def _untraced_hook(self, reg: _Registration) -> Callable[..., None]:
+        """`_forward_hook` behind `torch.compiler.disable`: what a traced hook calls (behind
+        a graph break) for an output it cannot trace."""
+        eager_hook = self._forward_hook(reg)
+
+        def eager(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+            self._drain()  # the calls before this one first
+            eager_hook(module, args, kwargs, output)
+
+        return cast(Callable[..., None], torch.compiler.disable(eager))  # type: ignore[no-untyped-call]
+
+    def _graph_grad_hook(self, reg: _Registration) -> Callable[..., None]:
+        """The forward hook of a compiled model's module whose gradients are recorded, with
+        `stats=`: TorchDynamo traces it, and the gradient hooks it registers, into the
+        model's graphs (torch >= 2.13), so it adds no graph break. The forward and gradient
+        statistics are computed in the graphs and reach `_deliver` through `emit` (see
+        `graph_sink`) as the graphs run; nothing in the hooks changes between calls, so
+        nothing recompiles. What it cannot trace (a non-tensor or empty output, a leaf)
+        runs eagerly, behind a graph break.
+
+        As in eager mode (`grad_hooks.Tap`), the gradient of an output that is a view of a
+        tensor of the same size (`nn.Linear`'s output for a 3-D input) is read from that
+        tensor when the view's own hook does not fire (the view was modified in place)."""
+        site = self._site(reg, "output", "")
+        self._site_regs[site] = reg
+        fn = self._graph_fn
+        emit = emit_op()
+        if self._sink is None:
+            self._sink = new_sink_key()
+        sink = self._sink
+        if not self._sink_open:
+            open_sink(sink, self._deliver)
+            self._sink_open = True
+        # Each traced call of the hook gets a number, fixed in the compiled graph, that its
+        # gradient hooks deliver with: it tells which forward call a gradient belongs to,
+        # whatever order the compiled code runs the hooks in. Numbered from 0 at every
+        # attach, so that the graphs traced again are the same (Inductor's cache).
+        reg.traced_calls = 0
+
+        def traced_call() -> int:
+            number = reg.traced_calls
+            reg.traced_calls = number + 1
+            return number
+
+        traced_call = mark_trace_constant(traced_call)
+        eager = self._untraced_hook(reg)
+
+        def hook(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+        ) -> None:
+            training = module.training
+            if self._train_only and not training:
+                return
+            # A hook on a leaf (a module returning a parameter or its input) would be
+            # registered for good, outside the graph: that one takes the eager path.
+            if (
+                not isinstance(output, Tensor)
+                or output.numel() == 0
+                or (output.requires_grad and output.is_leaf)
+            ):
+                eager(module, args, kwargs, output)
+                return
+            call_id = traced_call()  # a constant in the compiled graph
+            what = _OUTPUT
+            if output.requires_grad:
+                what = _HOOKED_OUTPUT
+
+                # Both return the gradient unchanged: under compiled autograd a hook that
+                # returns None replaces it with None.
+                def grad_hook(grad: Tensor) -> Tensor:
+                    emit(fn.graph_raw(grad), sink, site, call_id, grad.numel(), GRAD, _OUTPUT_GRAD)
+                    return grad
+
+                def base_hook(grad: Tensor) -> Tensor:
+                    emit(fn.graph_raw(grad), sink, site, call_id, grad.numel(), GRAD, _BASE_GRAD)
+                    return grad
+
+                output.register_hook(grad_hook)  # type: ignore[no-untyped-call]
+                base = output._base
+                if base is not None and base.requires_grad and base.numel() == output.numel():
+                    base.register_hook(base_hook)  # type: ignore[no-untyped-call]
+            flags = TRAINING if training else 0
+            emit(fn.graph_raw(output), sink, site, call_id, output.numel(), flags, what)
+
+        return hook
+
+    def _graph_param_hook(self, reg: _Registration) -> Callable[..., None]:
+        """The forward pre-hook of a `_graph_grad_hook`'s module with `capture="params"`:
+        traced into the graph, it computes the statistics of the module's parameters at
+        every call, and `_deliver` records them at the first call of each step."""
+        fn = self._graph_fn
+        emit = emit_op()
+        sink = self._sink
+        assert sink is not None  # the forward hook is made first
+        params = [(self._site(reg, "param", attr), p) for attr, p in reg.params]
+
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            training = module.training
+            if self._train_only and not training:
+                return
+            flags = TRAINING if training else 0
+            for site, param in params:
+                emit(fn.graph_raw(param), sink, site, -1, param.numel(), flags, _PARAM)
+
+        return hook
+
+    def _deliver(
+        self, raw: Tensor, site: int, call_id: int, numel: int, flags: int, what: int
+    ) -> None:
+        """Record statistics that a `_graph_grad_hook` computed in a compiled graph, as the
+        graph runs. A forward call is numbered here, in the order the graph runs the hooks;
+        a gradient belongs to the latest run of the traced hook call (`site`, `call_id`)
+        whose gradient has not come yet in this backward pass."""
+        self._drain()  # records of modules without gradients (_graph_hook) come first
+        if what == _PARAM:
+            if self._param_steps.get(site) != self._step_count:
+                self._param_steps[site] = self._step_count
+                self._put_raw(site, 0, self._step, flags, raw, numel)
+            return
+        if what in (_OUTPUT, _HOOKED_OUTPUT):
+            reg = self._site_regs[site]
+            call = reg.calls
+            reg.calls = call + 1
+            self._put_raw(site, call, self._step, flags, raw, numel)
+            if what == _HOOKED_OUTPUT:
+                entry = _Awaiting(site, call, self._step, flags | GRAD | TUPLE)
+                self._awaiting.setdefault((site, call_id), []).append(entry)
+            return
+        task = graph_task_id()
+        from_base = what == _BASE_GRAD
+        for awaiting in reversed(self._awaiting.get((site, call_id), ())):
+            if (awaiting.base_task if from_base else awaiting.output_task) != task:
+                break
+        else:
+            return  # no call of this tracker's awaits it (e.g. it ran before `with`)
+        # The view's own hook fires unless the view was modified in place; its base's fires
+        # either way: the first of the two in this pass is recorded (both carry the same
+        # values, unless the base has other uses than the view: see `grad_hooks`).
+        if from_base:
+            awaiting.base_task = task
+            first = awaiting.output_task != task
+        else:
+            awaiting.output_task = task
+            first = awaiting.base_task != task
+        if first:
+            self._put_raw(awaiting.site, awaiting.call, awaiting.step, awaiting.flags, raw, numel)
+            if self._nonfinite is not None and task != self._watched_task:
+                self._watched_task = task
+                queue_at_end_of_backward(self._check_nonfinite)
+
+    def _put_raw(
+        self, site: int, call: int, step: int, flags: int, raw: Tensor, numel: int
+    ) -> None:
+        """Record statistics computed in a compiled graph as record (`site`, `call`, ...)."""
+        self._recorded = True
+        store = self.stashes.store
+        assert store is not None
+        before = store.nbytes
+        ref = getattr(store, "put_raw")(raw, numel)  # noqa: B009 (a StatsStore's)
+        if self._max_bytes is not None:
+            self._count(site, flags, store.nbytes - before)
+        self.stashes.add(site, call, step, flags, ref)
+
     def _drain(self) -> None:
         """Record what compiled graphs computed (`_graph_hook`), numbering the calls."""
         pending = self._pending
         if not pending:
             return
-        self._recorded = True
-        store = self.stashes.store
-        assert store is not None
-        put_raw = getattr(store, "put_raw")  # noqa: B009 (a StatsStore's, not ValueStore's)
         for reg, site, flags, raw, numel in pending:
             call = reg.calls
             reg.calls = call + 1
-            before = store.nbytes
-            ref = put_raw(raw, numel)
-            if self._max_bytes is not None:
-                self._count(site, flags, store.nbytes - before)
-            self.stashes.add(site, call, self._step, flags, ref)
+            self._put_raw(site, call, self._step, flags, raw, numel)
         pending.clear()
 
     def _pre_hook(self, reg: _Registration) -> Callable[..., None]:

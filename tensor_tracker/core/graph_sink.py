@@ -1,0 +1,101 @@
+"""Statistics computed inside a compiled graph, handed to their tracker as the graph runs.
+
+A tracker's hooks on a compiled model that records gradients are traced into the model's
+graphs (`Recorder._graph_grad_hook`): forward statistics into the forward graph, and the
+tensor hooks that read the gradients, with their statistics, into the backward graph
+(Dynamo traces a hook on an intermediate tensor since torch 2.13). What they compute has to
+leave the graph without a graph break and without Dynamo replaying a Python side effect,
+which would make it guard on (and recompile for) the tracker's state. So they call
+`tensor_tracker::emit`, a custom operator declared to have a side effect (no compiler pass
+drops it), whose kernel gives the statistics to the tracker that owns the sink, at run
+time. The calls run in the order the compiled code computes them: program order with the
+`eager` and `aot_eager` backends, an order of Inductor's choosing (by data dependencies)
+with Inductor, so nothing may depend on it but the order of the records.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._torch_compat import keep_in_graph, traces_intermediate_hooks
+
+__all__ = [
+    "Sink",
+    "available",
+    "close_sink",
+    "emit_op",
+    "mark_trace_constant",
+    "new_sink_key",
+    "open_sink",
+]
+
+Sink = Callable[[Tensor, int, int, int, int, int], None]
+"""Receives what a traced hook passed to `emit`: (raw statistics, site, hook call id,
+element count, flags, what they are)."""
+
+_SINKS: dict[int, Sink] = {}
+_KEYS = itertools.count()
+_OP: Any = None
+
+
+def available() -> bool:
+    """Whether this torch can trace gradient hooks with `emit` into a compiled graph."""
+    return traces_intermediate_hooks() and hasattr(torch.library, "custom_op")
+
+
+def new_sink_key() -> int:
+    """A key for a sink, that traced hooks pass to `emit`: a tracker keeps its key for
+    good, so that the graphs compiled again when its hooks are attached again are the same
+    (and Inductor finds them in its cache)."""
+    return next(_KEYS)
+
+
+def open_sink(key: int, sink: Sink) -> None:
+    """Deliver what `emit` receives for `key` to `sink` from now on."""
+    _SINKS[key] = sink
+
+
+def close_sink(key: int) -> None:
+    """Stop delivering for `key`: graphs compiled with it still run, their `emit`s do
+    nothing."""
+    _SINKS.pop(key, None)
+
+
+def mark_trace_constant(fn: Callable[[], int]) -> Callable[[], int]:
+    """Mark `fn` so that Dynamo calls it once, while tracing, and keeps its result as a
+    constant of the graph (`torch.compiler.assume_constant_result`), with no guard on it."""
+    torch.compiler.assume_constant_result(fn)  # type: ignore[no-untyped-call]
+    return fn
+
+
+def _emit(
+    raw: Tensor, sink: int, site: int, call_id: int, numel: int, flags: int, what: int
+) -> None:
+    found = _SINKS.get(sink)
+    if found is not None:
+        found(raw, site, call_id, numel, flags, what)
+
+
+def _emit_fake(
+    raw: Tensor, sink: int, site: int, call_id: int, numel: int, flags: int, what: int
+) -> None:
+    return None
+
+
+def emit_op() -> Any:
+    """The operator `tensor_tracker::emit(raw, sink, site, call_id, numel, flags, what)
+    -> ()`, defined on first use (needs `available()`)."""
+    global _OP
+    if _OP is None:
+        op = torch.library.custom_op("tensor_tracker::emit", _emit, mutates_args=())
+        op.register_fake(_emit_fake)
+        _OP = torch.ops.tensor_tracker.emit.default
+        # An operator that returns nothing is dead code to AOTAutograd unless declared to
+        # have a side effect.
+        keep_in_graph(_OP)
+    return _OP
