@@ -32,6 +32,7 @@ __all__ = [
     "gradient_node",
     "graph_task_id",
     "keep_in_graph",
+    "next_sequence_nr",
     "queue_at_end_of_backward",
     "traces_intermediate_hooks",
     "will_execute",
