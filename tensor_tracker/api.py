@@ -371,9 +371,9 @@ def track(
         recorded step). With `stats=` (the built-in statistics, without histograms, format
         fractions or custom ones), the statistics of module outputs (and parameters) are
         computed inside the compiled graph, and on torch >= 2.13 those of their gradients
-        inside the backward graph: no graph break, no recompilation from step to step.
-        Otherwise (also with `capture="inputs"`, or `grad=True` on older torch) the hooks
-        run outside the compiled graphs, one graph break per tracked module. The records
+        inside the backward graph: no graph break, no recompilation from call to call.
+        Otherwise (inputs with `capture="inputs"`, gradients with it or on older torch)
+        the hooks run outside the compiled graphs, one graph break per tracked module. The records
         are those of eager mode, gradient records in another order in places (see the
         README). A model called inside some other compiled function cannot be found this
         way; a `with` block that records nothing then warns: call `torch.compiler.reset()`

@@ -1,9 +1,9 @@
 """Statistics computed inside a compiled graph, handed to their tracker as the graph runs.
 
-A tracker's hooks on a compiled model that records gradients are traced into the model's
-graphs (`Recorder._graph_grad_hook`): forward statistics into the forward graph, and the
-tensor hooks that read the gradients, with their statistics, into the backward graph
-(Dynamo traces a hook on an intermediate tensor since torch 2.13). What they compute has to
+A tracker's hooks on a compiled model with `stats=` are traced into the model's graphs
+(`Recorder._graph_hook`): forward statistics into the forward graph and, when gradients
+are recorded, the tensor hooks that read them, with their statistics, into the backward
+graph (Dynamo traces a hook on an intermediate tensor since torch 2.13). What they compute has to
 leave the graph without a graph break and without Dynamo replaying a Python side effect,
 which would make it guard on (and recompile for) the tracker's state. So they call
 `tensor_tracker::emit`, a custom operator declared to have a side effect (no compiler pass
@@ -26,12 +26,13 @@ from .._torch_compat import keep_in_graph, traces_intermediate_hooks
 
 __all__ = [
     "Sink",
-    "available",
+    "can_emit",
     "close_sink",
     "emit_op",
     "mark_trace_constant",
     "new_sink_key",
     "open_sink",
+    "traces_gradients",
 ]
 
 Sink = Callable[[Tensor, int, int, int, int, int], None]
@@ -43,9 +44,14 @@ _KEYS = itertools.count()
 _OP: Any = None
 
 
-def available() -> bool:
-    """Whether this torch can trace gradient hooks with `emit` into a compiled graph."""
-    return traces_intermediate_hooks() and hasattr(torch.library, "custom_op")
+def can_emit() -> bool:
+    """Whether this torch can define `emit` (`torch.library.custom_op`, torch >= 2.4)."""
+    return hasattr(torch.library, "custom_op")
+
+
+def traces_gradients() -> bool:
+    """Whether this torch traces gradient hooks (with `emit`) into a compiled graph."""
+    return traces_intermediate_hooks() and can_emit()
 
 
 def new_sink_key() -> int:
@@ -89,7 +95,7 @@ def _emit_fake(
 
 def emit_op() -> Any:
     """The operator `tensor_tracker::emit(raw, sink, site, call_id, numel, flags, what)
-    -> ()`, defined on first use (needs `available()`)."""
+    -> ()`, defined on first use (needs `can_emit()`)."""
     global _OP
     if _OP is None:
         op = torch.library.custom_op("tensor_tracker::emit", _emit, mutates_args=())

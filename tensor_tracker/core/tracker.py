@@ -42,8 +42,15 @@ from ..errors import (
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns, Site
 from .dist import local_value, rank_info
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
-from .graph_sink import available as graph_sink_available
-from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
+from .graph_sink import (
+    can_emit,
+    close_sink,
+    emit_op,
+    mark_trace_constant,
+    new_sink_key,
+    open_sink,
+    traces_gradients,
+)
 from .memo import RecentTensors
 from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn, keep
@@ -120,7 +127,7 @@ def _flat_tensors(value: Any) -> bool:
 
 _R = TypeVar("_R", bound="Recorder")
 
-# What a traced hook's `emit` delivers (`_graph_grad_hook`): the statistics of an output
+# What a traced hook's `emit` delivers (`_graph_hook`): the statistics of an output
 # whose gradient is not hooked or is, of a parameter, of an output's gradient, or of the
 # gradient of the output's base (for a view: it stands in when the view's is missing).
 _OUTPUT = 0
@@ -131,7 +138,7 @@ _BASE_GRAD = 4
 
 
 class _Awaiting:
-    """A compiled module call whose output's gradient is hooked (`_graph_grad_hook`), and
+    """A compiled module call whose output's gradient is hooked (`_graph_hook`), and
     the backward passes (graph tasks) in which the output's and the base's hooks last
     delivered: the first of the two in a pass is recorded."""
 
@@ -273,7 +280,7 @@ class _Registration:
         self.type = type(module)
         self.grad = grad
         self.calls = 0
-        self.traced_calls = 0  # see Recorder._graph_grad_hook
+        self.traced_calls = 0  # see Recorder._graph_hook
         self.sites: dict[tuple[Kind, str], int] = {}  # see Recorder._site
         self.param_step = -1
         # The last call that ran without autograd (as in reentrant activation checkpointing)
@@ -390,8 +397,7 @@ class Recorder:
             if self.stashes.store is not None and getattr(stash_value, "traceable", False)
             else None
         )
-        self._pending: list[tuple[_Registration, int, int, Tensor, int]] = []
-        # Compiled models recording gradients (see _graph_grad_hook): the key of the sink
+        # Compiled models (see _graph_hook): the key of the sink
         # their graphs deliver to (the same for good; open while hooks are attached), the
         # registration of each site, the calls whose gradient is awaited (by site and
         # traced hook call, latest run last), and the step (count) at which each parameter
@@ -581,7 +587,6 @@ class Recorder:
 
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
-        self._pending.clear()
         self.stashes.clear()
         self._nbytes = 0
         self._counted.clear()
@@ -611,7 +616,6 @@ class Recorder:
             check_int(n, "step(n): n")
         check_type(kind, str, "step(kind=...)", "a str naming the kind of the next step")
         check_bool(keep, "step(keep=...)")
-        self._drain()
         self._check_nonfinite()  # forward-only loops have no end of backward
         if not keep:
             self._drop_step()
@@ -705,32 +709,34 @@ class Recorder:
         # per call, so only where Dynamo may run (torch.compile imports it; so does
         # transformers).
         untraced = bool(self._compiled) or "torch._dynamo" in sys.modules
-        traced = self._outputs and self._compiled and self._graph_fn is not None
-        # Recording gradients in the graphs (torch >= 2.13); not with inputs, whose hooks
-        # stay untraced (a graph break each).
-        graph_grads = traced and reg.grad and not self._inputs and graph_sink_available()
-        if traced and not reg.grad:
+        # Statistics computed in a compiled model's graphs and handed out by `emit` (see
+        # `_graph_hook`): the outputs', and the gradients' where Dynamo traces a tensor hook
+        # on an intermediate tensor (torch >= 2.13) and no input is captured (inputs'
+        # hooks stay outside the graph, a graph break each).
+        in_graph = (
+            self._outputs
+            and bool(self._compiled)
+            and self._graph_fn is not None
+            and can_emit()
+            and (not reg.grad or (traces_gradients() and not self._inputs))
+        )
+        if in_graph:
             hook = self._graph_hook(reg)
             self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
-        elif graph_grads:
-            hook = self._graph_grad_hook(reg)
-            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
         elif self._outputs:
-            # Before torch 2.13 Dynamo breaks the graph at a tensor hook on an intermediate
-            # however it is done: then one break, at the disabled hook.
+            # Otherwise one graph break per module, at the disabled hook.
             hook = self._forward_hook(reg)
             if untraced:
                 hook = torch.compiler.disable(hook)  # type: ignore[no-untyped-call]
             self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
-        if graph_grads:
-            # Only parameters to record before the call (graph_grads: no inputs).
-            if self._params and reg.params and _traceable_params(reg):
+        if in_graph and not self._inputs and self._params and reg.params:
+            if _traceable_params(reg):
                 graph_pre_hook = self._graph_param_hook(reg)
                 self._handles.append(module.register_forward_pre_hook(graph_pre_hook))
-            elif self._params and reg.params:
+            else:
                 pre_hook = torch.compiler.disable(self._pre_hook(reg))  # type: ignore[no-untyped-call]
                 self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        elif self._inputs or self._params:
+        elif self._inputs or (self._params and not in_graph):
             pre_hook = self._pre_hook(reg)
             if untraced:
                 pre_hook = torch.compiler.disable(pre_hook)  # type: ignore[no-untyped-call]
@@ -820,51 +826,20 @@ class Recorder:
 
         return hook
 
-    def _graph_hook(self, reg: _Registration) -> Callable[..., None]:
-        """The forward hook of a compiled model's module with `stats=`: TorchDynamo traces
-        it into the model's graph (the statistics become a few more graph outputs), with
-        no graph break and nothing it would guard on that changes between calls (no
-        counter, no step: `_drain` numbers the calls later, outside the graph). What it
-        cannot trace (a non-tensor or empty output) runs eagerly, behind a graph break.
-        Only for modules whose gradients are not recorded (see `_attach`)."""
-        site = self._site(reg, "output", "")
-        fn = self._graph_fn
-        pending = self._pending
-        eager = self._untraced_hook(reg)
-
-        def hook(
-            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
-        ) -> None:
-            training = module.training
-            if self._train_only and not training:
-                return
-            if not isinstance(output, Tensor) or output.numel() == 0:
-                eager(module, args, kwargs, output)
-                return
-            flags = TRAINING if training else 0
-            pending.append((reg, site, flags, fn.graph_raw(output), output.numel()))
-
-        return hook
-
     def _untraced_hook(self, reg: _Registration) -> Callable[..., None]:
         """`_forward_hook` behind `torch.compiler.disable`: what a traced hook calls (behind
         a graph break) for an output it cannot trace."""
-        eager_hook = self._forward_hook(reg)
+        return cast(Callable[..., None], torch.compiler.disable(self._forward_hook(reg)))  # type: ignore[no-untyped-call]
 
-        def eager(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-            self._drain()  # the calls before this one first
-            eager_hook(module, args, kwargs, output)
-
-        return cast(Callable[..., None], torch.compiler.disable(eager))  # type: ignore[no-untyped-call]
-
-    def _graph_grad_hook(self, reg: _Registration) -> Callable[..., None]:
-        """The forward hook of a compiled model's module whose gradients are recorded, with
-        `stats=`: TorchDynamo traces it, and the gradient hooks it registers, into the
-        model's graphs (torch >= 2.13), so it adds no graph break. The forward and gradient
+    def _graph_hook(self, reg: _Registration) -> Callable[..., None]:
+        """The forward hook of a compiled model's module with `stats=`: TorchDynamo traces
+        it, and the gradient hooks it registers when gradients are recorded (torch >=
+        2.13), into the model's graphs, so it adds no graph break. The forward and gradient
         statistics are computed in the graphs and reach `_deliver` through `emit` (see
         `graph_sink`) as the graphs run; nothing in the hooks changes between calls, so
-        nothing recompiles. What it cannot trace (a non-tensor or empty output, a leaf)
-        runs eagerly, behind a graph break.
+        nothing recompiles (a hook appending to a Python list would make Dynamo guard on
+        its length). What it cannot trace (a non-tensor or empty output, a leaf whose
+        gradient is recorded) runs eagerly, behind a graph break.
 
         As in eager mode (`grad_hooks.Tap`), the gradient of an output that is a view of a
         tensor of the same size (`nn.Linear`'s output for a 3-D input) is read from that
@@ -904,13 +879,13 @@ class Recorder:
             if (
                 not isinstance(output, Tensor)
                 or output.numel() == 0
-                or (output.requires_grad and output.is_leaf)
+                or (reg.grad and output.requires_grad and output.is_leaf)
             ):
                 eager(module, args, kwargs, output)
                 return
             call_id = traced_call()  # a constant in the compiled graph
             what = _OUTPUT
-            if output.requires_grad:
+            if reg.grad and output.requires_grad:
                 what = _HOOKED_OUTPUT
 
                 # Both return the gradient unchanged: under compiled autograd a hook that
@@ -933,7 +908,7 @@ class Recorder:
         return hook
 
     def _graph_param_hook(self, reg: _Registration) -> Callable[..., None]:
-        """The forward pre-hook of a `_graph_grad_hook`'s module with `capture="params"`:
+        """The forward pre-hook of a `_graph_hook`'s module with `capture="params"`:
         traced into the graph, it computes the statistics of the module's parameters at
         every call, and `_deliver` records them at the first call of each step."""
         fn = self._graph_fn
@@ -955,11 +930,10 @@ class Recorder:
     def _deliver(
         self, raw: Tensor, site: int, call_id: int, numel: int, flags: int, what: int
     ) -> None:
-        """Record statistics that a `_graph_grad_hook` computed in a compiled graph, as the
+        """Record statistics that a `_graph_hook` computed in a compiled graph, as the
         graph runs. A forward call is numbered here, in the order the graph runs the hooks;
         a gradient belongs to the latest run of the traced hook call (`site`, `call_id`)
         whose gradient has not come yet in this backward pass."""
-        self._drain()  # records of modules without gradients (_graph_hook) come first
         if what == _PARAM:
             if self._param_steps.get(site) != self._step_count:
                 self._param_steps[site] = self._step_count
@@ -1008,17 +982,6 @@ class Recorder:
         if self._max_bytes is not None:
             self._count(site, flags, store.nbytes - before)
         self.stashes.add(site, call, step, flags, ref)
-
-    def _drain(self) -> None:
-        """Record what compiled graphs computed (`_graph_hook`), numbering the calls."""
-        pending = self._pending
-        if not pending:
-            return
-        for reg, site, flags, raw, numel in pending:
-            call = reg.calls
-            reg.calls = call + 1
-            self._put_raw(site, call, self._step, flags, raw, numel)
-        pending.clear()
 
     def _pre_hook(self, reg: _Registration) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -1153,8 +1116,6 @@ class Recorder:
         """Keep `value` as record (`site`, `call`, `step`, `flags`); with `TUPLE` in `flags`,
         `value` is the one gradient of a 1-tuple."""
         self._recorded = True  # see __exit__
-        if self._pending:
-            self._drain()
         if self._nonfinite is not None and flags & GRAD:
             task = graph_task_id()
             if task != self._watched_task:
@@ -1246,7 +1207,6 @@ class Recorder:
     # -- reading ---------------------------------------------------------------------
 
     def _sync(self) -> None:
-        self._drain()
         if self._pending_copies:
             torch.cuda.synchronize()
             self._pending_copies = False
@@ -1259,7 +1219,6 @@ class Recorder:
         return self._held(set())
 
     def __len__(self) -> int:
-        self._drain()
         return len(self.stashes)
 
     @overload
@@ -1333,7 +1292,6 @@ class Recorder:
         self._depth = max(self._depth - 1, 0)
         if self._depth:
             return
-        self._drain()
         resume = (self._registrations, self._compiled)
         # Not len(self.stashes): clear() and keep_steps= drop records made in the block.
         silent = self._attached and not self._recorded

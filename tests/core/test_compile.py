@@ -20,7 +20,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 from tensor_tracker import Tracker, track
-from tensor_tracker.core.graph_sink import available as graph_gradients
+from tensor_tracker.core.graph_sink import traces_gradients as graph_gradients
 from tests.helpers import batch, mlp, tiny_model
 
 KEYS = ["name", "grad", "call", "step", "kind", "attr"]
@@ -92,6 +92,27 @@ def test_forward_statistics_of_a_compiled_model_add_no_graph_break() -> None:
     _run(eager, eager_tracker, 3, backward=False, inputs=x)
     _same_records(tracker, eager_tracker)
     assert len(tracker) == 3 * 4  # three Linear/Tanh modules and the root, three steps
+
+
+def test_forward_statistics_of_many_calls_per_step_and_parameters_compile_once() -> None:
+    """An evaluation loop: many calls and no `step()` between them, parameters captured.
+    (A hook that appended to a Python list made Dynamo guard on its length: a new graph
+    per call until the recompile limit, and the parameters' hooks broke the graph.)"""
+    compiled = torch.compile(mlp(), backend="eager")
+    options: dict[str, Any] = {"stats": True, "grad": False, "capture": ("outputs", "params")}
+    tracker = track(compiled, **options)
+    x = torch.randn(8, 4)
+    with tracker:
+        for _ in range(12):  # beyond the recompile limit (8)
+            compiled(x)
+    assert _breaks() == 0 and counters["stats"]["unique_graphs"] == 1
+    eager = mlp()
+    eager_tracker = track(eager, **options)
+    with eager_tracker:
+        for _ in range(12):
+            eager(x)
+    _same_records(tracker, eager_tracker)
+    assert len(tracker) == 12 * 4 + 4  # outputs at every call, parameters once per step
 
 
 def _train_compiled(tracked: bool, x: torch.Tensor) -> tuple[list[torch.Tensor], Any, Any]:
