@@ -137,6 +137,10 @@ _OUTPUT_GRAD = 3
 _BASE_GRAD = 4
 
 
+_AWAITED_CALLS = 64
+"""The most calls of one traced hook call whose gradients a tracker still matches."""
+
+
 class _Awaiting:
     """A compiled module call whose output's gradient is hooked (`_graph_hook`), and
     the backward passes (graph tasks) in which the output's and the base's hooks last
@@ -946,7 +950,13 @@ class Recorder:
             self._put_raw(site, call, self._step, flags, raw, numel)
             if what == _HOOKED_OUTPUT:
                 entry = _Awaiting(site, call, self._step, flags | GRAD | TUPLE)
-                self._awaiting.setdefault((site, call_id), []).append(entry)
+                recent = self._awaiting.setdefault((site, call_id), [])
+                recent.append(entry)
+                # step() forgets the calls of earlier steps; a loop that never calls it
+                # must not grow this without bound (a graph kept with retain_graph for
+                # more than this many later calls would find no call to match).
+                if len(recent) > _AWAITED_CALLS:
+                    del recent[0]
             return
         task = graph_task_id()
         from_base = what == _BASE_GRAD
