@@ -249,3 +249,17 @@ def test_gradients_of_a_module_called_twice_are_matched_with_their_calls(passes:
     _same_records(tracker, eager_tracker)
     a, b = tracker.to_frame(), eager_tracker.to_frame()
     assert a[KEYS].values.tolist() == b[KEYS].values.tolist()  # no shared outputs: same order
+
+
+@pytest.mark.skipif(not graph_gradients(), reason="torch < 2.13 breaks the graph")
+def test_calls_awaiting_their_gradients_stay_bounded_without_step() -> None:
+    compiled = torch.compile(mlp(), backend="eager")
+    tracker = track(compiled, stats=True)
+    x = torch.randn(8, 4)
+    with tracker:
+        outputs = [compiled(x) for _ in range(100)]  # no backward, no step()
+        assert max(len(calls) for calls in tracker._awaiting.values()) == 64
+        outputs[-1].sum().backward()  # the latest call's gradients are still matched
+    grads = tracker.to_frame().query("grad")
+    assert len(grads) == 4 and set(grads["call"]) == {99}
+    assert _breaks() == 0
