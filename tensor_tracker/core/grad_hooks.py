@@ -37,6 +37,7 @@ __all__ = [
     "Tap",
     "handle_is_dead",
     "hook_grad",
+    "hook_grad_all",
     "unrecordable",
 ]
 
@@ -75,15 +76,27 @@ def hook_grad(tensor: Tensor, callback: GradCallback) -> Any:
     a third of its cost (that method is Python; this one is not), and it adds no node
     either. Leaves (no node) use `register_hook`.
     """
+    return hook_grad_all(tensor, [callback])
+
+
+def hook_grad_all(tensor: Tensor, callbacks: list[GradCallback]) -> Any:
+    """`hook_grad` for each callback in `callbacks`, in order, including those added to
+    the list later (one Python call per gradient fewer than a callback that loops)."""
     node = tensor.grad_fn
     if node is None:
-        return tensor.register_hook(callback)  # type: ignore[no-untyped-call]
+
+        def hook(grad: Tensor) -> None:
+            for callback in callbacks:
+                callback(grad)
+
+        return tensor.register_hook(hook)  # type: ignore[no-untyped-call]
     slot = tensor.output_nr
 
     def pre_hook(grad_outputs: tuple[Any, ...]) -> None:
         grad = grad_outputs[slot]
         if grad is not None:
-            callback(grad)
+            for callback in callbacks:
+                callback(grad)
 
     return node.register_prehook(pre_hook)
 
@@ -96,10 +109,10 @@ class Tap:
 
     def __init__(self, tensor: Tensor, callbacks: list[GradCallback]) -> None:
         self.callbacks = callbacks
-        base = tensor._base if tensor._is_view() else None
+        base = tensor._base  # None unless a view
         if base is None or not base.requires_grad:
             self._geometry: tuple[Any, ...] | None = None
-            self.handles: list[Any] = [hook_grad(tensor, self._deliver)]
+            self.handles: list[Any] = [hook_grad_all(tensor, callbacks)]
             return
         self._done_task = -1
         # Weak, so the storage is not kept alive: the base's Python object lives as long as

@@ -37,26 +37,30 @@ class RecentTensors(Generic[R]):
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._entries: list[tuple[weakref.ref[Tensor], int, R]] = []
+        # By id, oldest first: one lookup instead of a scan (hooks call this cold).
+        self._entries: dict[int, tuple[weakref.ref[Tensor], int, R]] = {}
 
     def get(self, tensor: Tensor) -> R | None:
         """What was put for `tensor` if it is one of the recent ones and unchanged since."""
-        if tensor.is_inference():
-            return None
-        version = tensor._version
-        for ref, seen_version, value in self._entries:
-            if ref() is tensor and seen_version == version:
-                return value
+        entry = self._entries.get(id(tensor))
+        # An id can be reused once its tensor is gone: the weak reference tells. Only
+        # tensors with a version counter are put (see `put`), so reading it cannot fail.
+        if entry is not None and entry[0]() is tensor and tensor._version == entry[1]:
+            return entry[2]
         return None
 
     def put(self, tensor: Tensor, value: R) -> None:
         """Remember `value` for `tensor` as it is now (forgetting the oldest entry)."""
-        if tensor.is_inference():
+        try:
+            version = tensor._version
+        except RuntimeError:  # an inference-mode tensor: no version counter to trust
             return
         entries = self._entries
-        if len(entries) == self.size:
-            del entries[0]
-        entries.append((weakref.ref(tensor), tensor._version, value))
+        key = id(tensor)
+        entries.pop(key, None)  # put again: now the newest
+        if len(entries) >= self.size:
+            del entries[next(iter(entries))]
+        entries[key] = (weakref.ref(tensor), version, value)
 
     def clear(self) -> None:
         """Forget every tensor."""

@@ -13,7 +13,7 @@ from ..core.memo import LastTensorMemo
 from ..errors import ArgumentValueError, TrackerStateError
 from .binning import HistogramFn, add_hist_derivers
 from .builtin import plan
-from .kernels import F64, NAN, Core, compute_dtype, flat, host_tensor
+from .kernels import F64, NAN, REDUCED_AS_THEY_ARE, Core, compute_dtype, flat, host_tensor
 from .layout import Layout, column
 from .spec import DEFAULT, CustomName, Histogram, Item, Statistic, item_name, parse_items
 from .store import StatsStore
@@ -226,10 +226,12 @@ class StatsFn:
         numel = x.numel()
         if numel == 0:
             return None, 0
-        # Complex tensors are summarised by their magnitudes (custom statistics get x).
-        magnitude = x.abs() if x.is_complex() else x
-        dtype = compute_dtype(magnitude.dtype)
-        xc = magnitude if dtype is None else magnitude.to(dtype)
+        xc = x
+        if x.dtype not in REDUCED_AS_THEY_ARE:  # a set lookup: hooks run this cold
+            # Complex tensors are summarised by their magnitudes (custom statistics get x).
+            magnitude = x.abs() if x.is_complex() else x
+            dtype = compute_dtype(magnitude.dtype)
+            xc = magnitude if dtype is None else magnitude.to(dtype)
         core = self._core
         if self._simple:
             assert core is not None

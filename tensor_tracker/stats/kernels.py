@@ -16,7 +16,16 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["GROUPS", "Core", "RawGroup", "Thresholds", "compute_dtype", "flat", "host_tensor"]
+__all__ = [
+    "GROUPS",
+    "REDUCED_AS_THEY_ARE",
+    "Core",
+    "RawGroup",
+    "Thresholds",
+    "compute_dtype",
+    "flat",
+    "host_tensor",
+]
 
 F64 = torch.float64
 INF = math.inf
@@ -27,6 +36,10 @@ _COMPUTE_DTYPE: dict[torch.dtype, torch.dtype | None] = {
     torch.float32: None,
     torch.float64: None,
 }
+
+
+REDUCED_AS_THEY_ARE = frozenset(_COMPUTE_DTYPE)
+"""The dtypes `compute_dtype` leaves as they are."""
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype | None:

@@ -9,13 +9,13 @@ the recording is read (then one transfer per device).
 from __future__ import annotations
 
 import math
+import weakref
 from array import array
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from ..core.memo import RecentTensors
 from ..errors import ArgumentValueError, TrackerStateError
 from .kernels import F64
 from .values import Stats
@@ -31,6 +31,9 @@ _SLOTS = 1 << _SLOT_BITS
 _CHUNK = 4096  # rows per device buffer
 # References are int32 in a tracker's columns (4 bytes per record less than int64).
 _MAX_ROWS = (2**31 - 1) >> _SLOT_BITS
+# The tracker then keeps the statistics as objects instead.
+_TOO_MANY_ROWS = f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device"
+_CPU = torch.device("cpu")
 
 
 class _HostRows:
@@ -112,14 +115,29 @@ class StatsStore:
         ({'mean': 2.0, 'max': 3.0}, 32)
     """
 
-    __slots__ = ("_badness", "_fn", "_parts", "_recent", "_seen", "_slots", "_watch", "layout")
+    __slots__ = (
+        "_badness",
+        "_fn",
+        "_host",
+        "_last",
+        "_parts",
+        "_seen",
+        "_slots",
+        "_watch",
+        "layout",
+    )
 
     def __init__(self, fn: StatsFn) -> None:
         self._fn = fn
         self.layout = fn.layout
         self._parts: list[_HostRows | _DeviceRows] = []
         self._slots: dict[torch.device, int] = {}
-        self._recent = RecentTensors[int](1)
+        # The CPU's rows and their slot, once there are any (the hot path goes straight there).
+        self._host: tuple[_HostRows, int] | None = None
+        # The last tensor put (weakly), its in-place version and its reference: a parent
+        # returning its child's output, and the gradient every such module gets, come
+        # back to back and are computed once.
+        self._last: tuple[weakref.ref[Tensor], int, int] | None = None
         self._watch: tuple[tuple[int, int] | None, int] | None = None
         self._seen = False  # a non-finite value among host rows
         # Per device, 0 while every watched row was finite (NaN or > 0 after one was not):
@@ -148,16 +166,10 @@ class StatsStore:
         infinity; waits for the devices once."""
         return self._seen or any(bool(b.item() != 0) for b in self._badness.values())
 
-    def _note(self, raw: list[float] | Tensor, device: torch.device) -> None:
+    def _note(self, raw: Tensor, device: torch.device) -> None:
+        """Add to `device`'s badness whether `raw` (on that device) shows a non-finite value."""
         assert self._watch is not None
         finite, count = self._watch
-        if isinstance(raw, list):
-            if (
-                finite is not None
-                and not all(map(math.isfinite, raw[finite[0] : finite[0] + finite[1]]))
-            ) or (count >= 0 and raw[count] > 0):
-                self._seen = True
-            return
         badness = self._badness.get(device)
         if badness is None:
             badness = self._badness[device] = torch.zeros((), dtype=F64, device=device)
@@ -169,12 +181,33 @@ class StatsStore:
 
     def put(self, tensor: Tensor) -> int:
         """Compute `tensor`'s statistics into the store; return their reference."""
-        ref = self._recent.get(tensor)
-        if ref is not None:
-            return ref
+        # Hooks call this cold for every tensor: the memo and the CPU rows are inline.
+        last = self._last
+        if last is not None and last[0]() is tensor and last[1] == tensor._version:
+            return last[2]
         raw, numel = self._fn.raw(tensor)
-        ref = self._add(raw, numel, tensor.device)
-        self._recent.put(tensor, ref)
+        if type(raw) is list and raw:  # host floats: a CPU tensor's
+            watch = self._watch
+            if watch is not None and not self._seen:
+                finite, count = watch
+                if (
+                    finite is not None
+                    and not all(map(math.isfinite, raw[finite[0] : finite[0] + finite[1]]))
+                ) or (count >= 0 and raw[count] > 0):
+                    self._seen = True
+            rows, slot = self._host or self._host_rows()
+            row = len(rows.numel)
+            if row == _MAX_ROWS:
+                raise TrackerStateError(_TOO_MANY_ROWS)
+            rows.raw.extend(raw)
+            rows.numel.append(numel)
+            ref = row << _SLOT_BITS | slot
+        else:
+            ref = self._add(raw, numel, tensor.device)
+        try:
+            self._last = (weakref.ref(tensor), tensor._version, ref)
+        except RuntimeError:  # an inference-mode tensor has no version counter to trust
+            self._last = None
         return ref
 
     def put_raw(self, raw: Tensor, numel: int) -> int:
@@ -183,15 +216,16 @@ class StatsStore:
         return self._add(raw, numel, raw.device)
 
     def _add(self, raw: list[float] | Tensor | None, numel: int, device: torch.device) -> int:
-        if self._watch is not None and raw is not None:
+        # Host floats that say anything (not the empty list of "numel" alone) go to `put`'s
+        # own path, which watches them.
+        if self._watch is not None and isinstance(raw, Tensor):
             self._note(raw, device)
         slot = self._slots.get(device)
         if slot is None:
             slot = self._slot(device)
         part = self._parts[slot]
         if len(part.numel) == _MAX_ROWS:
-            # The tracker then keeps these statistics as objects instead.
-            raise TrackerStateError(f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device")
+            raise TrackerStateError(_TOO_MANY_ROWS)
         return part.add(raw, numel, self.layout) << _SLOT_BITS | slot
 
     def truncate(self, refs: list[int]) -> None:
@@ -204,24 +238,25 @@ class StatsStore:
                 del part.numel[first:]
                 if isinstance(part, _HostRows):
                     del part.raw[first * part.width :]
-        self._recent.clear()  # it may refer to a dropped row
+        self._last = None  # it may refer to a dropped row
 
     def add_host_rows(self, raw: bytes, numel: bytes) -> tuple[int, int]:
         """Keep raw vectors read back from somewhere (a saved recording) as CPU rows:
         `raw` the float64 bytes of `[n, width]`, `numel` the int64 bytes of `[n]`. Returns
         `(first, step)`: row `i`'s reference is `first + i * step`."""
-        cpu = torch.device("cpu")
-        slot = self._slots.get(cpu)
-        if slot is None:
-            slot = self._slot(cpu)
-        part = self._parts[slot]
-        assert isinstance(part, _HostRows)
+        part, slot = self._host or self._host_rows()
         first = len(part.numel)
         part.raw.frombytes(raw)
         part.numel.frombytes(numel)
         if len(part.numel) > _MAX_ROWS:
-            raise TrackerStateError(f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device")
+            raise TrackerStateError(_TOO_MANY_ROWS)
         return first << _SLOT_BITS | slot, 1 << _SLOT_BITS
+
+    def _host_rows(self) -> tuple[_HostRows, int]:
+        """The CPU's rows and their slot, made on first use."""
+        self._slot(_CPU)
+        assert self._host is not None
+        return self._host
 
     def _slot(self, device: torch.device) -> int:
         slot = len(self._parts)
@@ -229,7 +264,12 @@ class StatsStore:
             # The tracker then keeps these statistics as objects instead.
             raise TrackerStateError(f"a StatsStore keeps rows of at most {_SLOTS} devices")
         width = self.layout.width
-        self._parts.append(_HostRows(width) if device.type == "cpu" else _DeviceRows(width, device))
+        if device.type == "cpu":
+            rows = _HostRows(width)
+            self._parts.append(rows)
+            self._host = (rows, slot)
+        else:
+            self._parts.append(_DeviceRows(width, device))
         self._slots[device] = slot
         return slot
 
@@ -261,7 +301,8 @@ class StatsStore:
         """Forget every row."""
         self._parts.clear()
         self._slots.clear()
-        self._recent.clear()
+        self._host = None
+        self._last = None
         self._seen = False
         self._badness.clear()
 

@@ -12,6 +12,7 @@ from torch import nn
 
 from tensor_tracker import Stash, Tracker, track
 from tensor_tracker.core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, TUPLE, Columns
+from tensor_tracker.core.memo import RecentTensors
 from tensor_tracker.data.frame import to_frame
 from tensor_tracker.stats import Stats, compute, histogram, parse
 from tensor_tracker.stats import store as store_module
@@ -161,6 +162,40 @@ def test_store_table_reads_the_rows_asked_for() -> None:
     assert store.nbytes == 3 * store.layout.width * 8
     store.clear()
     assert len(store) == 0 and store.nbytes == 0
+
+
+def test_store_computes_a_tensor_again_only_when_it_changed() -> None:
+    store = parse(["sum"]).store()
+    x = torch.ones(3)
+    first = store.put(x)
+    assert store.put(x) == first and len(store) == 1  # the same tensor, unchanged
+    x.add_(1)
+    changed = store.put(x)
+    assert changed != first and store.get(changed).to_dict() == {"sum": 6.0}
+    store.truncate([changed])  # dropping the row forgets it: put again computes again
+    assert store.put(x) == changed and len(store) == 2
+    with torch.inference_mode():
+        y = torch.ones(2)
+        refs = [store.put(y), store.put(y.add_(1))]  # no version counter: never reused
+    assert refs[0] != refs[1] and store.get(refs[1]).to_dict() == {"sum": 4.0}
+
+
+def test_recent_tensors_never_answer_for_a_tensor_that_is_gone() -> None:
+    recent = RecentTensors[str](2)
+    x = torch.ones(1)
+    recent.put(x, "x")
+    gone = id(x)
+    del x
+    # CPython soon gives a new tensor the freed one's id: the weak reference tells them apart.
+    fresh = [torch.ones(1) for _ in range(200)]
+    assert any(id(t) == gone for t in fresh)
+    assert all(recent.get(t) is None for t in fresh)
+    a, b, c = torch.ones(1), torch.ones(1), torch.ones(1)
+    recent.put(a, "a")
+    recent.put(b, "b")
+    recent.put(a, "a again")  # put again: the newest, so b is forgotten first
+    recent.put(c, "c")
+    assert (recent.get(a), recent.get(b), recent.get(c)) == ("a again", None, "c")
 
 
 def test_tracker_nbytes_and_clear_with_the_store() -> None:
