@@ -466,9 +466,9 @@ def track(
             (or at `step()`) that recorded one, before `optimizer.step()` can write it into
             the weights, with a `NonFiniteError` naming where it appeared (see
             `first_nonfinite`; the hooks are removed, the stashes kept); `"warn"` warns
-            once and goes on; a function is called once with the `NonFinite` (`None` when
-            the value was not the first tensor of an output, which `first_nonfinite` reads). The check
-            adds no host synchronisation to the hooks: one per backward pass.
+            once and goes on; a function is called once with the `NonFinite`. Every tensor
+            of an output is watched (tuples, dicts, a Hugging Face `ModelOutput`). The
+            check adds no host synchronisation to the hooks: one per backward pass.
         stream_to: a directory to write the recording to as the run goes (see
             `Tracker.save` for the format; needs the `[save]` extra): at each `step()` and
             at the end of each `with` block, the records so far are appended to disk and
@@ -593,4 +593,4 @@ def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | No
             assert callable(on_nonfinite)
             on_nonfinite(found)
 
-    tracker._watch_nonfinite(store.nonfinite, handler)
+    tracker._watch_nonfinite(store.nonfinite, handler, store.notice)

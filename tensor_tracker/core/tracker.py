@@ -465,7 +465,9 @@ class Recorder:
         # child's logits again.
         self._recent_taps = RecentTensors[Tap](8)
         # See `_watch_nonfinite`.
-        self._nonfinite: tuple[Callable[[], bool], Callable[[], None]] | None = None
+        self._nonfinite: (
+            tuple[Callable[[], bool], Callable[[], None], Callable[[Any], None]] | None
+        ) = None
         self._watched_task = -1
 
     def _read_rank(self) -> None:
@@ -674,16 +676,23 @@ class Recorder:
         if self._compiled and self._attached:
             self._forget_compiled_code()
 
-    def _watch_nonfinite(self, seen: Callable[[], bool], handler: Callable[[], None]) -> None:
+    def _watch_nonfinite(
+        self,
+        seen: Callable[[], bool],
+        handler: Callable[[], None],
+        notice: Callable[[Any], None],
+    ) -> None:
         """At the end of every backward pass that records gradients, and at `step()`, call
         `handler` if `seen()` (which may wait for the device: once per pass, never in a
         hook) says a non-finite value was recorded; `handler` may raise, which the
-        `backward()` call then raises, before any optimizer step."""
-        self._nonfinite = (seen, handler)
+        `backward()` call then raises, before any optimizer step. `seen` watches what the
+        store keeps; the values kept as objects (a dict or nested output's statistics) are
+        shown to `notice` as they are recorded."""
+        self._nonfinite = (seen, handler, notice)
 
     def _check_nonfinite(self) -> None:
         if self._nonfinite is not None:
-            seen, handler = self._nonfinite
+            seen, handler, _ = self._nonfinite
             if seen():
                 self._nonfinite = None  # once: the handler decides what happens next
                 handler()
@@ -1153,6 +1162,8 @@ class Recorder:
                 return
         # The standard StashFn's result, without building an Event or a Stash.
         kept = keep(value, stash_value)
+        if self._nonfinite is not None:
+            self._nonfinite[2](kept)
         if self._max_bytes is not None:
             # Counted like `nbytes`: an object shared with an earlier stash (a parent
             # returning its child's output) is counted once.

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 import weakref
 from array import array
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from ..core.structure import iter_leaves
 from ..errors import ArgumentValueError, TrackerStateError
 from .kernels import F64
 from .values import Stats
@@ -34,6 +35,15 @@ _MAX_ROWS = (2**31 - 1) >> _SLOT_BITS
 # The tracker then keeps the statistics as objects instead.
 _TOO_MANY_ROWS = f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device"
 _CPU = torch.device("cpu")
+
+
+def _shows_nonfinite(watch: tuple[tuple[int, int] | None, int], raw: list[float]) -> bool:
+    """Whether the host floats `raw` of a tensor show a NaN or an infinity in the slots
+    `watch` names (see `StatsFn.watch_slots`)."""
+    finite, count = watch
+    return (
+        finite is not None and not all(map(math.isfinite, raw[finite[0] : finite[0] + finite[1]]))
+    ) or (count >= 0 and raw[count] > 0)
 
 
 class _HostRows:
@@ -179,6 +189,19 @@ class StatsStore:
         if count >= 0:
             badness.add_(raw[count])
 
+    def notice(self, value: Any) -> None:
+        """Watch (see `watch`) the `Stats` inside `value`, kept somewhere else than in the
+        store (a tracker keeps the statistics of a dict or nested output as objects)."""
+        if self._watch is None:
+            return
+        for leaf in iter_leaves(value):
+            # An empty tensor's statistics are NaN where they are undefined (its min...).
+            if isinstance(leaf, Stats) and leaf.numel:
+                if leaf._floats is not None:  # a CPU tensor's host floats
+                    self._seen = self._seen or _shows_nonfinite(self._watch, leaf._floats)
+                else:
+                    self._note(leaf.raw, leaf.raw.device)
+
     def put(self, tensor: Tensor) -> int:
         """Compute `tensor`'s statistics into the store; return their reference."""
         # Hooks call this cold for every tensor: the memo and the CPU rows are inline.
@@ -187,14 +210,8 @@ class StatsStore:
             return last[2]
         raw, numel = self._fn.raw(tensor)
         if type(raw) is list and raw:  # host floats: a CPU tensor's
-            watch = self._watch
-            if watch is not None and not self._seen:
-                finite, count = watch
-                if (
-                    finite is not None
-                    and not all(map(math.isfinite, raw[finite[0] : finite[0] + finite[1]]))
-                ) or (count >= 0 and raw[count] > 0):
-                    self._seen = True
+            if self._watch is not None and not self._seen:
+                self._seen = _shows_nonfinite(self._watch, raw)
             rows, slot = self._host or self._host_rows()
             row = len(rows.numel)
             if row == _MAX_ROWS:

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from tensor_tracker import NonFinite, Stash, first_nonfinite, track
 from tensor_tracker.core import tracker as tracker_module
 from tensor_tracker.errors import NonFiniteError
-from tensor_tracker.stats import parse
+from tensor_tracker.stats import Stats, parse
 from tests.helpers import hook_count
 
 
@@ -285,6 +285,71 @@ def test_the_tripwire_reads_a_count_or_a_sum_too(stats: list[str]) -> None:
         _train(model, t, steps=3, bad_from=1)
     assert info.value.found.name == "1" and not info.value.found.grad
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+class Wrapped(nn.Module):
+    """Returns `(h, log(h - 10))` (NaN: h is small) wrapped by `wrap`."""
+
+    def __init__(self, wrap: Any) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.wrap = wrap
+
+    def forward(self, x: Tensor) -> Any:
+        h = self.linear(x)
+        return self.wrap(h, torch.log(h - 10))
+
+
+class Picks(nn.Module):
+    """Uses `pick` of its child's output: the NaN reaches no loss, only the tripwire sees it."""
+
+    def __init__(self, wrap: Any, pick: Any) -> None:
+        super().__init__()
+        self.inner = Wrapped(wrap)
+        self.pick = pick
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.pick(self.inner(x)).sum()
+        return out
+
+
+@pytest.mark.parametrize(
+    ("wrap", "pick"),
+    [
+        (lambda h, bad: (h, bad), lambda out: out[0]),
+        (lambda h, bad: {"h": h, "bad": bad}, lambda out: out["h"]),
+        (lambda h, bad: {"bad": bad, "h": h}, lambda out: out["h"]),
+        (lambda h, bad: [h, [bad]], lambda out: out[0]),
+    ],
+    ids=["tuple", "dict", "dict-first", "nested-list"],
+)
+@pytest.mark.parametrize("stats", [["sum"], ["min", "max"]])
+def test_the_tripwire_sees_every_tensor_of_an_output(
+    wrap: Any, pick: Any, stats: list[str]
+) -> None:
+    # A dict or nested output's statistics are kept as objects, not in the store that the
+    # tripwire watched: a NaN there (a Hugging Face ModelOutput's loss) went by.
+    model = Picks(wrap, pick)
+    with (
+        pytest.raises(NonFiniteError, match=r"in 'inner' \(forward\)") as info,
+        track(model, stats=stats, on_nonfinite="raise"),
+    ):
+        model(torch.randn(2, 4)).backward()
+    assert info.value.found.name == "inner" and not info.value.found.grad
+    assert hook_count(model) == 0
+
+
+def test_the_tripwire_notices_statistics_kept_as_objects_on_the_device_path() -> None:
+    # Accelerator statistics of objects go through the device-side note; run it on the CPU.
+    store = parse(["sum"]).store()
+    store.watch()
+    finite = Stats(store.layout, torch.tensor([1.0], dtype=torch.float64), 3)
+    bad = Stats(store.layout, torch.tensor([math.nan], dtype=torch.float64), 3)
+    empty = Stats(store.layout, torch.tensor([math.nan], dtype=torch.float64), 0)
+    store.notice({"a": [finite, empty], "b": 1.0})
+    assert not store.nonfinite()
+    store.notice({"a": (finite, bad)})
+    assert store.nonfinite()
 
 
 def test_a_sum_also_trips_on_finite_values_beyond_its_range() -> None:
