@@ -133,6 +133,7 @@ def configurations() -> dict[str, tuple[Factory, float | None]]:
             lambda m: tensor_tracker.track(m, stats=["sum"], on_nonfinite="raise"),
             1.05,
         ),
+        "  floor of the tripwire: minimal hooks, one sum per tensor": (_MinimalSums, None),
         "  tripwire on exact statistics: stats=['min', 'max']": (
             lambda m: tensor_tracker.track(m, stats=["min", "max"], on_nonfinite="raise"),
             None,
@@ -191,7 +192,7 @@ def overhead_table(
                 paired_ratios(lambda: train_step(untracked, x), step_tracked, pairs)
             )
             count = len(tracker.stashes)
-            if isinstance(tracker, _MinimalStats):
+            if type(tracker) is _MinimalStats:
                 count //= 4  # four numbers per tensor
             held = f"{tracker.nbytes:,}" if isinstance(tracker, tensor_tracker.Tracker) else "-"
         if target is None:
@@ -271,6 +272,14 @@ class _MinimalStats(_NoOpHooks):
             self._stats(output)
             if output.grad_fn is not None:
                 output.grad_fn.register_prehook(self._pre)
+
+
+class _MinimalSums(_MinimalStats):
+    """The floor of the tripwire row: one sum per tensor (what `stats=["sum"]` computes),
+    read back and kept, from the same hooks as `_MinimalStats`."""
+
+    def _stats(self, tensor: Tensor) -> None:
+        self.values.append(tensor.detach().sum().item())
 
 
 def small_models(pairs: int) -> None:
