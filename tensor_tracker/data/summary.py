@@ -252,6 +252,19 @@ class _Recorder:
         self.handles.append(node.register_hook(after))
 
 
+def _finite(value: Any) -> Any:
+    """`value` with every non-finite float inside its dicts, lists and tuples replaced by
+    None: `json.dumps` writes them as bare `NaN` and `Infinity`, which are not JSON
+    (JavaScript's `JSON.parse` and jq reject the whole text)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _ms(value: float) -> str:
     return "-" if value != value else f"{value:.3f}"
 
@@ -338,8 +351,10 @@ class Summary:
         return root
 
     def to_json(self, **kwargs: Any) -> str:
-        """`to_dict()` as JSON text (`kwargs` go to `json.dumps`, e.g. `indent=2`)."""
-        return json.dumps(self.to_dict(), **kwargs)
+        """`to_dict()` as JSON text (`kwargs` go to `json.dumps`, e.g. `indent=2`), with
+        `null` for the numbers that are NaN in `to_dict()` (times not measured): bare `NaN`
+        is not JSON."""
+        return json.dumps(_finite(self.to_dict()), **kwargs)
 
     def _rows(self, depth: int | None) -> list[list[str]]:
         rows = []

@@ -250,6 +250,25 @@ def test_gradient_shapes_line_up_with_the_outputs_and_inputs() -> None:
     assert all(c.grad_output_shapes == [] == c.grad_input_shapes for c in no_backward)
 
 
+def _reject(constant: str) -> None:
+    raise ValueError(f"not JSON: {constant}")
+
+
+def test_to_json_writes_null_for_what_was_not_measured() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with track(model, stats=True) as t:
+        model(torch.randn(2, 4)).sum().backward()
+    recorded = json.loads(t.summary().to_json(), parse_constant=_reject)["model"]
+    assert recorded["info"]["forward_ms"] is None and recorded["info"]["backward_ms"] is None
+    assert recorded["children"]["0"]["info"]["self_forward_ms"] is None
+    ran = summary(model, torch.randn(2, 4), backward=False)
+    text = ran.to_json(indent=2)
+    assert "NaN" not in text
+    info = json.loads(text, parse_constant=_reject)["model"]["info"]
+    assert info["backward_ms"] is None and info["forward_ms"] == ran.calls[0].forward_ms
+
+
 # -- the GPU's way of measuring, driven by stand-ins on the CPU ----------------------------
 
 
