@@ -73,7 +73,9 @@ class Finding:
         check: which check found it (`"vanishing_gradients"`, `"exploding_gradients"`,
             `"dead_units"`, `"saturation"`, `"fp16_overflow"`, `"fp16_underflow"`, ...,
             `"update_size"`, `"loss_spike"`, `"nonfinite"`).
-        modules: the modules concerned (most affected first).
+        modules: what it is about, most affected first: modules (by name, `"0"`: their
+            outputs), parameters (`"0.bias"`) or a module's inputs (`"0 input x"`); the
+            explanation says which.
         steps: the first and last step where it was seen.
         evidence: the numbers behind it.
         explanation: one line saying what is wrong.
@@ -253,8 +255,9 @@ def _check_gradients(
                     "per module": median ** (1 / depth),
                     "steps": float(bad.sum()),
                 },
-                f"gradients {word} {1 / median if median < 1 else median:.3g}x from the "
-                f"output end to the input end of {len(leaves)} leaf modules",
+                f"the gradients of module outputs {word} "
+                f"{1 / median if median < 1 else median:.3g}x from the output end to the "
+                f"input end of {len(leaves)} leaf modules",
                 "check the initialisation scale and activations; residual connections and "
                 "normalisation layers keep gradients at one scale"
                 + ("; clip gradients" if word == "grow" else ""),
@@ -306,7 +309,7 @@ def _check_saturation(rec: _Recording, threshold: float, found: list[Finding]) -
                 "a non-saturating activation",
             )
         )
-    return f"mean slope of {sub['name'].nunique()} Tanh/Sigmoid module(s)"
+    return f"mean slope at the outputs of {sub['name'].nunique()} Tanh/Sigmoid module(s)"
 
 
 def _check_dead_units(rec: _Recording, threshold: float, found: list[Finding]) -> str:
@@ -338,7 +341,57 @@ def _check_dead_units(rec: _Recording, threshold: float, found: list[Finding]) -
                 "LeakyReLU/GELU",
             )
         )
-    return f"units that are zero for the whole batch in {sub['name'].nunique()} module(s)"
+    return (
+        f"units that are zero for the whole batch in the outputs of {sub['name'].nunique()} "
+        "module(s)"
+    )
+
+
+# How a format finding names what it is about, per kind of record: the noun of its explanation
+# and the key of its count in the evidence. Outputs keep the module's name (the activations).
+_FORMAT_KINDS = {
+    "output": ("module(s)", "modules"),
+    "input": ("module input(s)", "inputs"),
+    "param": ("parameter(s)", "parameters"),
+    "optimizer": ("optimizer state tensor(s)", "tensors"),
+}
+
+
+def _subject(name: str, kind: str, attr: str) -> str:
+    """What a record is about, as a finding names it: an output by its module (`"0"`), a
+    parameter or optimizer state by its path (`"0.bias"`, as in `named_parameters()`),
+    anything else by module, kind and argument (`"0 input x"`, `"<root> named scores"`)."""
+    if kind == "output":
+        return name
+    if kind in ("param", "optimizer"):
+        return f"{name}.{attr}" if name else attr
+    return f"{name or '<root>'} {kind} {attr}".rstrip()
+
+
+def _format_text(key: str, what: str, grad: bool, kind: str, count: str) -> tuple[str, str]:
+    """The explanation and suggestion of a `<format>_<what>` finding about `count` (e.g.
+    `"2 parameter(s)"`) of `kind` (their values, or their gradients with `grad`)."""
+    label, largest = FORMATS[key].label, FORMATS[key].max
+    tensors = "gradients" if grad else "values"
+    if what == "overflow":
+        explanation = f"{tensors} of {count} exceed the largest {label} ({largest:.4g})"
+        suggestion = (
+            "keep these in float32/bf16, or scale them down (normalisation, smaller initialisation)"
+        )
+    else:
+        explanation = (
+            f"{tensors} of {count} have values too small for {label}: in {label} "
+            "(without scaling) they would flush to zero"
+        )
+        if grad:
+            suggestion = "scale the loss (torch.amp.GradScaler)"
+        elif kind in ("param", "optimizer"):
+            # Mixed precision keeps float32 master weights: only a model cast to the format
+            # (model.half()) stores them there; a tiny bias next to O(1) outputs rarely matters.
+            suggestion = "keep parameters in float32 (torch.autocast does), or rescale them"
+        else:
+            suggestion = "keep these in float32/bf16, or rescale them"
+    return explanation, suggestion
 
 
 def _check_formats(
@@ -350,6 +403,15 @@ def _check_formats(
 ) -> str:
     np = require("numpy", "pandas")
     frame = rec.frame
+    # Every recorded tensor could be stored in the format (activations, the batch, weights,
+    # optimizer state, their gradients), so every kind is read; a finding holds one kind,
+    # values or gradients, so that it says what it is about.
+    kinds = [k for k in _FORMAT_KINDS if k in set(frame["kind"])]
+    kinds += sorted(set(frame["kind"]) - set(kinds))
+    subjects = np.array(
+        [_subject(*row) for row in zip(frame["name"], frame["kind"], frame["attr"], strict=True)],
+        dtype=object,
+    )
     looked: dict[str, list[str]] = {}
     for key in formats:
         for what, limit in (("overflow", overflow), ("underflow", underflow)):
@@ -363,34 +425,21 @@ def _check_formats(
             if values is None:
                 continue
             looked.setdefault(source, []).append(key)
-            for grad in (False, True):
-                rows = (frame["grad"] == grad).to_numpy() & (values > limit)
+            for grad, kind in itertools.product((False, True), kinds):
+                rows = (
+                    (frame["grad"] == grad).to_numpy()
+                    & (frame["kind"] == kind).to_numpy()
+                    & (values > limit)
+                )
                 if not rows.any():
                     continue
-                sub = frame[rows].assign(v=values[rows])
-                worst = sub.groupby("name", sort=False)["v"].max().sort_values(ascending=False)
-                tensors = "gradients" if grad else "values"
-                label = FORMATS[key].label
-                if what == "overflow":
-                    explanation = (
-                        f"{tensors} of {len(worst)} module(s) exceed the largest {label} "
-                        f"({FORMATS[key].max:.4g})"
-                    )
-                    suggestion = (
-                        "keep these in float32/bf16, or scale them down (normalisation, "
-                        "smaller initialisation)"
-                    )
-                else:
-                    explanation = (
-                        f"{tensors} of {len(worst)} module(s) have values too small for "
-                        f"{label}: in {label} (without scaling) they would flush to zero"
-                    )
-                    suggestion = (
-                        "scale the loss (torch.amp.GradScaler)"
-                        if grad
-                        else "keep these in float32/bf16, or rescale them"
-                    )
-                evidence: dict[str, float | str] = {"modules": float(len(worst))}
+                sub = frame[rows].assign(v=values[rows], subject=subjects[rows])
+                worst = sub.groupby("subject", sort=False)["v"].max().sort_values(ascending=False)
+                noun, count_key = _FORMAT_KINDS.get(kind, (f"{kind} tensor(s)", "tensors"))
+                explanation, suggestion = _format_text(
+                    key, what, grad, kind, f"{len(worst)} {noun}"
+                )
+                evidence: dict[str, float | str] = {count_key: float(len(worst))}
                 if source == "abs_max":
                     evidence["largest abs_max"] = float(np.nanmax(rec.column("abs_max")[rows]))
                 else:
@@ -407,10 +456,11 @@ def _check_formats(
                 )
     if not looked:
         return "skipped: needs format statistics (stats=tensor_tracker.diagnosis_stats)"
-    return "read " + ", ".join(
+    read = ", ".join(
         f"{source} (for {', '.join(keys)})" if source == "abs_max" else source
         for source, keys in looked.items()
     )
+    return f"read {read} of the records of kind {', '.join(kinds)} and their gradients"
 
 
 def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding]) -> str:
@@ -437,7 +487,7 @@ def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding
             size = float(before.double().square().mean().sqrt())
             if size > 0:
                 change = float((after.double() - before.double()).square().mean().sqrt())
-                ratios.append((change / size, f"{name}.{attr}" if name else attr, step))
+                ratios.append((change / size, _subject(name, "param", attr), step))
     if not ratios:
         return "skipped: parameters recorded in fewer than two steps"
     data = np.array([r[0] for r in ratios])
@@ -520,24 +570,32 @@ def diagnose(
 ) -> Diagnosis:
     """Look for the usual training pathologies in a recording; return a table of findings.
 
-    Each `Finding` names the module(s), the steps, the numbers behind it, what is wrong and
-    what usually helps. Checks (each uses what the recording has; `Diagnosis.checked` says
-    what each one read, or why it was skipped):
+    Each `Finding` names what it is about (modules, parameters such as `"0.bias"`, or
+    inputs such as `"0 input x"`), the steps, the numbers behind it, what is wrong and what
+    usually helps. Checks (each uses what the recording has; `Diagnosis.checked` says what
+    each one read, or why it was skipped):
 
-    - `nonfinite`: the first NaN/inf and where it appeared (`first_nonfinite`).
-    - `vanishing_gradients` / `exploding_gradients`: the gradient rms of the leaf modules
-      nearest the input against those nearest the output (a quarter of them each, in
-      forward order), per step: a ratio below `vanishing` or above `exploding`.
-    - `dead_units`: modules where at least a fraction `dead` of the units output zero for
-      the whole batch (statistic `dead_frac` of `diagnosis_stats`, or full copies).
+    - `nonfinite`: the first NaN/inf and where it appeared (`first_nonfinite`), in any
+      record.
+    - `vanishing_gradients` / `exploding_gradients`: the rms of the gradients of the outputs
+      of the leaf modules nearest the input against those nearest the output (a quarter of
+      them each, in forward order), per step: a ratio below `vanishing` or above
+      `exploding`. Output gradients only: they are what the backward passes from layer to
+      layer (an input's gradient is the previous module's output gradient, and a
+      parameter's also scales with its layer's inputs).
+    - `dead_units`: modules where at least a fraction `dead` of the units of their output
+      are zero for the whole batch (statistic `dead_frac` of `diagnosis_stats`, or full
+      copies). Outputs only: a zero in a parameter or in the batch is no dead unit.
     - `saturation`: `nn.Tanh`/`nn.Sigmoid` outputs whose mean slope (from `mean` and `rms`)
       is below `saturation` of the slope at 0.
     - `<format>_overflow` / `<format>_underflow` for each of `formats`: values or gradients
       above the format's largest value (fraction above `overflow`, or `abs_max` when the
-      fractions were not recorded) or flushing to zero (fraction above `underflow`).
+      fractions were not recorded) or flushing to zero (fraction above `underflow`). Every
+      record is read (outputs, inputs, parameters, their gradients): one finding per kind,
+      values or gradients, naming the module (its outputs), the parameter or the input.
     - `update_size`: with parameters recorded as copies (`capture=("outputs", "params")`,
       no `stats=`), `rms(change) / rms(parameter)` between recorded steps outside
-      `update_size` (the usual value is ~1e-3).
+      `update_size` (the usual value is ~1e-3), naming the parameters.
     - `loss_spike`, given `loss=` (a value per step, a list or `{step: value}`): a value
       more than `spike` robust standard deviations above the median of the 20 before it
       (or not finite).

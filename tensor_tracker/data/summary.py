@@ -27,7 +27,7 @@ from .._torch_compat import next_sequence_nr
 from .._validate import check_bool, check_callable, check_count, check_int, check_type
 from ..core.grad_hooks import hook_grad
 from ..core.records import Stash
-from ..core.structure import iter_tensors
+from ..core.structure import iter_leaves, iter_tensors
 from ..errors import ArgumentTypeError, ArgumentValueError
 from .frame import type_name
 from .nonfinite import nonfinite_flags
@@ -49,7 +49,9 @@ class ModuleCall:
         parent: index of the enclosing call in `Summary.calls` (-1 for the model's call).
         input_shapes, input_dtypes, output_shapes, output_dtypes: one entry per tensor.
         grad_output_shapes, grad_input_shapes: shapes of the gradients of the outputs and
-            of the inputs (empty without a backward pass or where none arrived).
+            of the inputs, one entry per tensor of `output_shapes` / `input_shapes` in the
+            same order, `None` for a tensor no gradient reached (empty when none reached
+            any, e.g. without a backward pass).
         params: parameters of this module itself; params_total: of it and its submodules,
             each parameter counted once; trainable: of those, the ones requiring grad.
         param_bytes, grad_bytes: bytes of `params_total`'s parameters and of their `.grad`.
@@ -76,8 +78,8 @@ class ModuleCall:
     input_dtypes: list[str] = dataclasses.field(default_factory=list)
     output_shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
     output_dtypes: list[str] = dataclasses.field(default_factory=list)
-    grad_output_shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
-    grad_input_shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+    grad_output_shapes: list[tuple[int, ...] | None] = dataclasses.field(default_factory=list)
+    grad_input_shapes: list[tuple[int, ...] | None] = dataclasses.field(default_factory=list)
     params: int = 0
     params_total: int = 0
     trainable: int = 0
@@ -152,9 +154,10 @@ class _Recorder:
         index = len(self.calls)
         self.calls.append(record)
         self.stack.append((index, now))
-        for tensor in inputs:
+        for position, tensor in enumerate(inputs):
             if tensor.requires_grad and torch.is_grad_enabled():
-                self.handles.append(hook_grad(tensor, self._grad_hook(index, output=False)))
+                hook = self._grad_hook(index, position, len(inputs), output=False)
+                self.handles.append(hook_grad(tensor, hook))
         if self.memory is not None:
             self.memory.enter()
         first = next_sequence_nr()
@@ -178,13 +181,17 @@ class _Recorder:
         record.output_dtypes = _dtypes(outputs)
         record.output_bytes = _nbytes(outputs)
         self.flags.note((index, "output_nonfinite"), outputs)
-        for tensor in outputs:
+        for position, tensor in enumerate(outputs):
             if tensor.requires_grad:
-                self.handles.append(hook_grad(tensor, self._grad_hook(index, output=True)))
+                hook = self._grad_hook(index, position, len(outputs), output=True)
+                self.handles.append(hook_grad(tensor, hook))
         self.clock.leave()
 
-    def _grad_hook(self, index: int, output: bool) -> Callable[[Tensor], None]:
-        """The hook reading the gradient of an output (or input) of call `index`."""
+    def _grad_hook(
+        self, index: int, position: int, count: int, output: bool
+    ) -> Callable[[Tensor], None]:
+        """The hook reading the gradient of output (or input) tensor number `position` of
+        the `count` of call `index`."""
         record = self.calls[index]
         shapes, flag = (
             (record.grad_output_shapes, "grad_output_nonfinite")
@@ -194,7 +201,11 @@ class _Recorder:
 
         def hook(grad: Tensor) -> None:
             self.clock.enter()
-            shapes.append(tuple(grad.shape))
+            # Gradients arrive in backward order, not the outputs' order: each goes to its
+            # tensor's place, and those no gradient reaches stay None.
+            if not shapes:
+                shapes.extend([None] * count)
+            shapes[position] = tuple(grad.shape)
             self.flags.note((index, flag), [grad])
             self.clock.leave()
 
@@ -239,6 +250,19 @@ class _Recorder:
 
         self.handles.append(node.register_prehook(before))
         self.handles.append(node.register_hook(after))
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every non-finite float inside its dicts, lists and tuples replaced by
+    None: `json.dumps` writes them as bare `NaN` and `Infinity`, which are not JSON
+    (JavaScript's `JSON.parse` and jq reject the whole text)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _ms(value: float) -> str:
@@ -327,8 +351,10 @@ class Summary:
         return root
 
     def to_json(self, **kwargs: Any) -> str:
-        """`to_dict()` as JSON text (`kwargs` go to `json.dumps`, e.g. `indent=2`)."""
-        return json.dumps(self.to_dict(), **kwargs)
+        """`to_dict()` as JSON text (`kwargs` go to `json.dumps`, e.g. `indent=2`), with
+        `null` for the numbers that are NaN in `to_dict()` (times not measured): bare `NaN`
+        is not JSON."""
+        return json.dumps(_finite(self.to_dict()), **kwargs)
 
     def _rows(self, depth: int | None) -> list[list[str]]:
         rows = []
@@ -668,26 +694,48 @@ def recorded_summary(
         if s.name in modules:
             _set_params(c, modules[s.name])
         calls.append(c)
+    # Gradient records come in backward order: each goes to its tensors' places among the
+    # call's outputs or inputs (an input's by its argument), so inputs are read first.
+    places: dict[tuple[int, str], int] = {}  # (call's record, argument) -> its first tensor
+    grads: list[tuple[int, int, Stash]] = []
     for i in rows:
         s = stashes[i]
         k = key_of.get((s.name, s.call))
-        if k is None or (s.kind, s.grad) not in (
-            ("input", False),
-            ("input", True),
-            ("output", True),
-        ):
+        if k is None or s.kind not in ("input", "output"):
             continue
-        c = calls[index_of[k]]
-        tensors = list(iter_tensors(s.value))
-        shapes = [tuple(t.shape) for t in tensors]
-        if s.kind == "input" and not s.grad:
-            c.input_shapes += shapes
+        if s.grad:
+            grads.append((i, k, s))
+        elif s.kind == "input":
+            c = calls[index_of[k]]
+            tensors = list(iter_tensors(s.value))
+            places[(k, s.attr)] = len(c.input_shapes)
+            c.input_shapes += [tuple(t.shape) for t in tensors]
             c.input_dtypes += [str(t.dtype).removeprefix("torch.") for t in tensors]
             c.input_bytes += _nbytes(tensors)
-        elif s.kind == "input":
-            c.grad_input_shapes += shapes
+    for i, k, s in grads:
+        c = calls[index_of[k]]
+        if s.kind == "input":
+            start = places.get((k, s.attr))
+            if start is not None:
+                _place_shapes(c.grad_input_shapes, len(c.input_shapes), start, s.value)
             c.grad_input_nonfinite |= bool(bad[i])
-        elif s.grad:
-            c.grad_output_shapes += shapes
+        else:
+            _place_shapes(c.grad_output_shapes, len(c.output_shapes), 0, s.value)
             c.grad_output_nonfinite |= bool(bad[i])
     return Summary(calls, list(modules.values()), math.nan, math.nan)
+
+
+def _place_shapes(shapes: list[tuple[int, ...] | None], count: int, start: int, grads: Any) -> None:
+    """Put the shapes of a gradient record's value (one entry per tensor of the input or
+    output it is the gradient of, None where no gradient arrived) into `shapes` from
+    `start`, as `summary` lists them: `count` entries once any gradient arrived, None where
+    none did. Statistics (no tensors, no shapes) leave `shapes` as they are."""
+    leaves = list(iter_leaves(grads))
+    if not any(isinstance(g, Tensor) for g in leaves):
+        return
+    if not shapes:
+        shapes.extend([None] * count)
+    for position, g in enumerate(leaves, start):
+        # A later backward pass of the same call fills only what the first left out.
+        if isinstance(g, Tensor) and position < count and shapes[position] is None:
+            shapes[position] = tuple(g.shape)

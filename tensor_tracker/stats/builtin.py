@@ -67,8 +67,10 @@ BUILTINS: dict[str, Builtin] = {
         _nan_if_spread_nan(lambda r, n, s: torch.hypot(r[:, s["mean"]], r[:, s["std0"]])),
     ),
     "abs_mean": Builtin("abs_sum", lambda s: lambda r, n: r[:, s["abs_sum"]] / n),
+    # `+ 0.0` turns the -0.0 of an all-zero tensor (-min is -0.0, max(-0.0, 0.0) may give
+    # either) into 0.0; derived when read, so the hooks do no extra work for it.
     "abs_max": Builtin(
-        "minmax", lambda s: lambda r, n: torch.maximum(-r[:, s["min"]], r[:, s["max"]])
+        "minmax", lambda s: lambda r, n: torch.maximum(-r[:, s["min"]], r[:, s["max"]]) + 0.0
     ),
     "min": Builtin("minmax", lambda s: column(s["min"])),
     "max": Builtin("minmax", lambda s: column(s["max"])),

@@ -199,7 +199,9 @@ def test_fp16_overflow_of_activations_by_fraction_and_by_abs_max() -> None:
     plain = diagnose(_train(model, steps=1, lr=0.0, stats=True))
     found = [f for f in plain if f.check == "fp16_overflow"]
     assert found and found[0].evidence["largest abs_max"] == pytest.approx(y.abs().max().item())
-    assert plain.checked["formats"] == "read abs_max (for fp16, bf16)"
+    assert plain.checked["formats"] == (
+        "read abs_max (for fp16, bf16) of the records of kind output and their gradients"
+    )
 
 
 def test_fp16_underflow_of_gradients() -> None:
@@ -208,6 +210,97 @@ def test_fp16_underflow_of_gradients() -> None:
     assert len(found) == 1 and "GradScaler" in found[0].suggestion
     assert "gradients" in found[0].explanation
     assert "fp8_e4m3_overflow" not in _checks(diagnosis)
+
+
+def _fp16_flushes(x: Tensor) -> float:
+    """The fraction of `x` that is not zero but below float16's smallest subnormal."""
+    tiny = torch.finfo(torch.float16).smallest_normal * torch.finfo(torch.float16).eps
+    return ((x != 0) & (x.abs() < tiny)).double().mean().item()
+
+
+def test_a_parameters_underflow_names_the_parameter_not_the_modules_outputs() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    with torch.no_grad():
+        model[0].bias.fill_(1e-9)  # far below float16's smallest subnormal (6e-8)
+    with track(model, stats=diagnosis_stats, capture=("outputs", "params")) as t:
+        model(torch.randn(16, 8)).sum().backward()
+    found = [f for f in diagnose(t) if f.check == "fp16_underflow"]
+    assert len(found) == 1  # the outputs of "0" are O(1): no finding about them
+    assert found[0].modules == ("0.bias",)
+    assert found[0].explanation.startswith("values of 1 parameter(s) have values too small")
+    # All 8 values of the bias flush to zero in float16.
+    assert _fp16_flushes(model[0].bias.detach()) == 1.0
+    assert found[0].evidence == {"parameters": 1.0, "underflow fraction (worst)": 1.0}
+    assert "float32" in found[0].suggestion
+
+
+def test_gradient_underflow_is_told_apart_for_outputs_inputs_and_parameters() -> None:
+    model = _healthy()
+    reference = _healthy()
+    t = _train(model, steps=1, lr=0.0, loss_scale=1e-9, capture=("outputs", "inputs", "params"))
+    found = [f for f in diagnose(t) if f.check == "fp16_underflow"]
+    words = [f.explanation.split(" have ")[0] for f in found]
+    assert words == [
+        "gradients of 6 module(s)",  # the outputs of the model and of its 5 children
+        "gradients of 4 module input(s)",  # the batch, input of "" and "0", has none
+        "gradients of 6 parameter(s)",
+    ]
+    assert set(found[0].modules) == {"", "0", "1", "2", "3", "4"}
+    assert set(found[1].modules) == {f"{n} input input" for n in "1234"}
+    # The parameters' gradients by hand, on the same batch: all six flush to zero.
+    torch.manual_seed(1)
+    (reference(torch.randn(64, 32)).square().mean() * 1e-9).backward()
+    fractions = {n: _fp16_flushes(p.grad) for n, p in reference.named_parameters()}
+    assert (
+        set(found[2].modules)
+        == set(fractions)
+        == {f"{i}.{a}" for i in "024" for a in ("weight", "bias")}
+    )
+    assert found[2].evidence["underflow fraction (worst)"] == max(fractions.values())
+    assert min(fractions.values()) > 0.1
+
+
+def test_format_overflow_of_a_weight_and_of_its_modules_outputs_are_two_findings() -> None:
+    torch.manual_seed(0)
+    first = nn.Linear(32, 32)
+    with torch.no_grad():
+        first.weight[0, 0] = 1e5  # one weight of 1024 above float16's largest, 65504
+    model = nn.Sequential(first, nn.Linear(32, 1))
+    t = _train(model, steps=1, lr=0.0, capture=("outputs", "params"))
+    values = [
+        f for f in diagnose(t) if f.check == "fp16_overflow" and f.explanation.startswith("values")
+    ]
+    assert [f.modules for f in values] == [("0",), ("0.weight",)]
+    assert "1 module(s) exceed" in values[0].explanation
+    assert "1 parameter(s) exceed" in values[1].explanation
+    assert values[1].evidence["overflow fraction (worst)"] == 1 / 1024
+    torch.manual_seed(1)
+    out = first(torch.randn(64, 32))  # the batch `_train` feeds
+    fraction = (out.abs() > 65504).double().mean().item()
+    assert values[0].evidence["overflow fraction (worst)"] == pytest.approx(fraction)
+
+
+def test_output_checks_read_outputs_only() -> None:
+    # Dead units, saturation and the gradient ratio are about what modules output: a zero
+    # bias (dead_frac 1) or a batch with zero features is not a dead unit.
+    model = _mlp(nn.Tanh, depth=3)
+    with torch.no_grad():
+        for layer in model[::2]:
+            layer.bias.zero_()
+    options = {"stats": diagnosis_stats, "capture": ("outputs", "inputs", "params")}
+    torch.manual_seed(1)
+    batch = torch.randn(64, 32)
+    batch[:, :16] = 0.0  # half the input features are zero for the whole batch
+    with track(model, **options) as t:
+        model(batch).square().mean().backward()
+    frame = t.to_frame()
+    assert (frame[frame["kind"] != "output"]["dead_frac"] >= 0.25).any()  # would be found
+    diagnosis = diagnose(t)
+    assert "dead_units" not in _checks(diagnosis) and "saturation" not in _checks(diagnosis)
+    with track(model, stats=diagnosis_stats) as outputs_only:
+        model(batch).square().mean().backward()
+    assert diagnosis.checked["gradients"] == diagnose(outputs_only).checked["gradients"]
 
 
 @pytest.mark.parametrize(("lr", "word"), [(1e-8, "far below"), (30.0, "far above")])

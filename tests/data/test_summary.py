@@ -201,6 +201,74 @@ def test_a_tracker_summary_of_statistics_picks_a_step_and_flags_nan() -> None:
         t.summary(step=5)
 
 
+class _Pooler(nn.Module):
+    """Three outputs: `h`, `pooled` made from `h` (as BertModel's pooler_output, so its
+    gradient arrives first in backward) and one the loss leaves out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 6)
+        self.side = nn.Linear(5, 2)
+
+    def forward(self, x: Tensor, y: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        h = self.lin(x)
+        pooled = (h[:, :2] + self.side(y)).tanh()
+        return h, pooled, w * 2.0
+
+
+class _PooledHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _Pooler()
+        self.head = nn.Linear(2, 1)
+
+    def forward(self, x: Tensor, y: Tensor, w: Tensor) -> Tensor:
+        _, pooled, _ = self.body(x, y, w)
+        return self.head(pooled)
+
+
+def test_gradient_shapes_line_up_with_the_outputs_and_inputs() -> None:
+    torch.manual_seed(0)
+    model = _PooledHead()
+    inputs = [torch.randn(3, 4), torch.randn(3, 5), torch.randn(7)]
+    inputs = [t.requires_grad_() for t in inputs]
+    ran = summary(model, *inputs, loss_fn=lambda out: out.sum())
+    model.zero_grad()
+    with track(model, capture=("inputs", "outputs")) as t:
+        model(*inputs).sum().backward()
+    for s in (ran, t.summary()):
+        body = next(c for c in s if c.name == "body")
+        assert body.output_shapes == [(3, 6), (3, 2), (7,)]
+        # One entry per output in output order, although pooled's gradient came first; none
+        # reached w * 2.
+        assert body.grad_output_shapes == [(3, 6), (3, 2), None]
+        assert body.input_shapes == [(3, 4), (3, 5), (7,)]
+        assert body.grad_input_shapes == [(3, 4), (3, 5), None]  # y's arrived before x's
+        info = json.loads(s.to_json())["model"]["children"]["body"]["info"]
+        assert info["grad_output_shapes"] == [[3, 6], [3, 2], None]
+    no_backward = summary(model, *inputs, backward=False)
+    assert all(c.grad_output_shapes == [] == c.grad_input_shapes for c in no_backward)
+
+
+def _reject(constant: str) -> None:
+    raise ValueError(f"not JSON: {constant}")
+
+
+def test_to_json_writes_null_for_what_was_not_measured() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with track(model, stats=True) as t:
+        model(torch.randn(2, 4)).sum().backward()
+    recorded = json.loads(t.summary().to_json(), parse_constant=_reject)["model"]
+    assert recorded["info"]["forward_ms"] is None and recorded["info"]["backward_ms"] is None
+    assert recorded["children"]["0"]["info"]["self_forward_ms"] is None
+    ran = summary(model, torch.randn(2, 4), backward=False)
+    text = ran.to_json(indent=2)
+    assert "NaN" not in text
+    info = json.loads(text, parse_constant=_reject)["model"]["info"]
+    assert info["backward_ms"] is None and info["forward_ms"] == ran.calls[0].forward_ms
+
+
 # -- the GPU's way of measuring, driven by stand-ins on the CPU ----------------------------
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import Tensor
 
+import tensor_tracker
 from tensor_tracker import stats as S
 from tensor_tracker.stats import kernels
 from tensor_tracker.stats.formats import FORMATS
@@ -228,6 +229,24 @@ def test_single_element() -> None:
         assert math.isnan(x.std().item())
     assert math.isnan(got["std"])
     assert (got["mean"], got["rms"], got["abs_max"], got["numel"]) == (-2.5, 2.5, 2.5, 1)
+
+
+@pytest.mark.parametrize("zero", [0.0, -0.0])
+def test_abs_max_of_zeros_is_positive_zero(zero: float) -> None:
+    # min = max = ±0.0, so max(-min, max) alone gives -0.0 for one of the two; |x| is +0.0.
+    x = torch.full((3,), zero)
+    got = S.compute(x, ALL)
+    for value in (got.to_dict()["abs_max"], got["abs_max"].item()):
+        assert value == 0.0 and math.copysign(1.0, value) == 1.0
+
+
+def test_abs_max_of_a_zero_bias_in_the_frame_is_positive_zero() -> None:
+    layer = torch.nn.LayerNorm(4)  # bias initialised to zeros
+    with tensor_tracker.track(layer, stats=True, capture=("outputs", "params")) as t:
+        layer(torch.randn(2, 4)).sum().backward()
+    frame = t.to_frame()
+    bias = frame[(frame["attr"] == "bias") & ~frame["grad"]]["abs_max"].tolist()
+    assert bias == [0.0] and math.copysign(1.0, bias[0]) == 1.0
 
 
 def _limit_values(key: str, dtype: torch.dtype) -> tuple[list[float], tuple[int, int, int]] | None:
