@@ -8,14 +8,17 @@ from typing import Any
 
 from torch import Tensor
 
-from ..core.records import Stash
+from ..core.records import Stash, first_value
+from ..core.structure import iter_leaves
 from ..core.tracker import Recorder
 from ..errors import ArgumentTypeError
+from ..stats import Stats
 
 __all__ = [
     "ROOT_LABEL",
     "as_stashes",
     "display_name",
+    "first_leaf",
     "first_stashes",
     "match_names",
     "module_order",
@@ -25,6 +28,7 @@ __all__ = [
     "select_from",
     "stash_label",
     "stash_tensor",
+    "stash_value",
 ]
 
 ROOT_LABEL = "<model>"
@@ -105,9 +109,27 @@ def first_stashes(source: Any, argument: str) -> list[Stash]:
     return list(first.values())
 
 
+def first_leaf(value: Any, kinds: type | tuple[type, ...]) -> Any:
+    """The first object of type `kinds` in a stash's value, or None when it holds none:
+    its `first_value` when that is one, else the first met walking the value (a dict's or
+    a Hugging Face `ModelOutput`'s first tensor entry, a tuple's first tensor after a
+    `None`, ...). The statistics columns of `to_frame` and the figures read a value so."""
+    first = first_value(value)  # a tuple such as (Stats, None) needs no walk
+    if isinstance(first, kinds):
+        return first
+    return next((leaf for leaf in iter_leaves(value) if isinstance(leaf, kinds)), None)
+
+
+def stash_value(stash: Stash) -> Tensor | Stats | None:
+    """What figures show of a stash: the first tensor, or the first recorded statistics
+    (`stats=`), in its value (see `first_leaf`); None when it holds neither."""
+    value: Tensor | Stats | None = first_leaf(stash.value, (Tensor, Stats))
+    return value
+
+
 def stash_tensor(stash: Stash) -> Tensor | None:
-    """The stash's `first_value` if it is a tensor, else `None`."""
-    value = stash.first_value
+    """The first tensor of the stash's value (see `stash_value`), else `None`."""
+    value = stash_value(stash)
     return value if isinstance(value, Tensor) else None
 
 

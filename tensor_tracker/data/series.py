@@ -16,6 +16,7 @@ from .select import (
     display_name,
     module_order,
     stash_label,
+    stash_value,
 )
 
 if TYPE_CHECKING:
@@ -50,7 +51,9 @@ def log2_abs(values: Sequence[float]) -> list[float]:
 
 def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> list[float]:
     """`stat` of each stash as a float (NaN where the stash holds no tensor): read from
-    `stats=` stashes, or computed on each tensor's device; one batched read either way."""
+    `stats=` stashes, or computed on each tensor's device; one batched read either way.
+    A stash holding several tensors (a tuple, a dict, a `ModelOutput`) counts its first
+    (`stash_value`), as the statistics columns of `to_frame` do."""
     if not isinstance(stat, str):
         raise ArgumentTypeError(
             f"{argument} must be a statistic name (str), got {type(stat).__name__}"
@@ -59,7 +62,7 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
     computed: list[tuple[int, Stats]] = []
     fn = None
     for i, s in enumerate(stashes):
-        value = s.first_value
+        value = stash_value(s)
         if isinstance(value, Stats):
             if stat not in value:
                 raise ArgumentValueError(

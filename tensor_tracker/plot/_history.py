@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor
 
 from .._optional import require
 from ..data.select import (
@@ -15,6 +14,8 @@ from ..data.select import (
     display_name,
     select_from,
     stash_label,
+    stash_tensor,
+    stash_value,
 )
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
@@ -232,7 +233,7 @@ def histogram_heatmap(
     if not isinstance(name, str):
         raise ArgumentTypeError(f"name must be a module name (str), got {type(name).__name__}")
     chosen = select_from(tracker, "tracker", names=[name], grad=grad, kind=kind)
-    chosen = [s for s in chosen if isinstance(s.first_value, (Tensor, Stats))]
+    chosen = [s for s in chosen if stash_value(s) is not None]
     if not chosen:
         stashes = as_stashes(tracker, "tracker")
         if not stashes:
@@ -244,13 +245,13 @@ def histogram_heatmap(
         )
     steps = sorted({s.step for s in chosen})
     position = {st: i for i, st in enumerate(steps)}
-    recorded = [s for s in chosen if isinstance(s.first_value, Stats)]
+    recorded = [s for s in chosen if isinstance(stash_value(s), Stats)]
     if recorded:
         if len(recorded) < len(chosen):
             raise ArgumentValueError(
                 "histogram_heatmap: the module's stashes mix tensors and statistics"
             )
-        stats_list: list[Stats] = [s.first_value for s in recorded]
+        stats_list = [v for s in recorded if isinstance(v := stash_value(s), Stats)]
         labels = [stash_label(s) for s in recorded]
         series, edges_t, log2_used = recorded_series(
             recorded, stats_list, labels, stat, None, "histogram_heatmap"
@@ -265,8 +266,10 @@ def histogram_heatmap(
         log2_used = True if log2 is None else bool(log2)
         per_step: dict[int, list[Series]] = {}
         for s in chosen:
-            tensor = s.first_value
-            per_step.setdefault(s.step, []).append(tensor_series(tensor, stash_label(s), log2_used))
+            tensor = stash_tensor(s)
+            if tensor is not None:  # each one: none of `chosen` holds statistics here
+                ser = tensor_series(tensor, stash_label(s), log2_used)
+                per_step.setdefault(s.step, []).append(ser)
         everything = [ser for group in per_step.values() for ser in group]
         span = check_range(range)
         if not any(ser.finite for ser in everything):

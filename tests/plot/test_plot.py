@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from torch import nn
 
 pytest.importorskip("matplotlib")
 
@@ -334,6 +335,65 @@ def test_scale_plot_missing_kind_or_step_raises(full: Tracker) -> None:
 def test_scale_plot_all_zero_values_raise() -> None:
     with pytest.raises(ValueError, match="zero, NaN or infinite"):
         plot.scale_plot([stash(torch.zeros(3))])
+
+
+class _DictOut(nn.Module):
+    """Returns a dict, as a Hugging Face model returns a `ModelOutput` (an `OrderedDict`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"hidden": self.lin(x)}
+
+
+def _dict_run(steps: int = 1, **options: object) -> tuple[Tracker, list[torch.Tensor]]:
+    """A tracker of a model whose submodule `0` returns a dict, and that dict's tensor at
+    each step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_DictOut())
+    hidden = []
+    with track(model, **options) as tracker:  # type: ignore[arg-type]
+        for _ in range(steps):
+            out = model(torch.randn(2, 4))["hidden"]
+            hidden.append(out.detach().clone())
+            out.sum().backward()
+            tracker.step()
+    return tracker, hidden
+
+
+def test_scale_plot_shows_the_first_tensor_of_a_dict_output() -> None:
+    pytest.importorskip("pandas")
+    for options in ({"stats": True}, {}):
+        tracker, hidden = _dict_run(**options)
+        ax = plot.scale_plot(tracker).axes[0]
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert ticks == ["0.lin", "0", "<model>"]
+        rms = math.log2(hidden[0].pow(2).mean().sqrt().item())
+        # The dict of "0" and of the root holds the output of 0.lin: the same point thrice.
+        assert list(series(ax, "forward").get_ydata()) == pytest.approx([rms] * 3, rel=1e-5)
+    # What the statistics frame shows for the same rows.
+    tracker, _ = _dict_run(stats=True)
+    frame = tracker.to_frame()
+    forward = frame[~frame.grad].set_index("name")["rms"]
+    ax = plot.scale_plot(tracker).axes[0]
+    assert list(series(ax, "forward").get_ydata()) == pytest.approx(
+        [math.log2(forward[n]) for n in ("0.lin", "0", "")]
+    )
+
+
+def test_history_and_histograms_take_the_first_tensor_of_a_dict_output() -> None:
+    tracker, hidden = _dict_run(steps=2)
+    ax = plot.history(tracker, names=["0"], stat="abs_max").axes[0]
+    expected = [math.log2(h.abs().max().item()) for h in hidden]
+    assert list(series(ax, "0").get_ydata()) == pytest.approx(expected)
+    dict_stash = next(s for s in tracker if s.name == "0" and not s.grad and s.step == 1)
+    assert isinstance(dict_stash.value, dict)
+    fig = plot.histogram(dict_stash, bins=4, range=(-4.0, 4.0))
+    assert bar_counts(fig) == torch.histc(hidden[1], bins=4, min=-4.0, max=4.0).tolist()
+    counts = mesh(plot.histogram_heatmap(tracker, "0", bins=4, log2=False).axes[0]).get_array()
+    assert counts.sum() == 2 * hidden[0].numel()
 
 
 # -- umap_plot ---------------------------------------------------------------------------
