@@ -36,6 +36,8 @@ __all__ = [
     "recorded_series",
     "series_labels",
     "stat_values",
+    "tensor_label",
+    "tensor_labels",
     "tensor_series",
 ]
 
@@ -93,6 +95,23 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
                 )
             out[i] = float(v)
     return out
+
+
+def tensor_label(name: str, attr: str) -> str:
+    """How figures name one recorded tensor of a module: the module's name for its output
+    (no `attr`), else the module's name and the attribute joined by a dot: `"1.weight"`,
+    `"1.bias"`, `"encoder.hidden_states"`, `"<model>.input_ids"` (the root's input)."""
+    return f"{display_name(name)}.{attr}" if attr else name
+
+
+def tensor_labels(pairs: Iterable[tuple[str, str]], modules: Sequence[str]) -> list[str]:
+    """The `tensor_label` of each distinct (module name, attr) pair: by module in the order
+    of `modules`, and within a module in order of first appearance; pairs of modules not
+    in `modules` are left out."""
+    attrs: dict[str, dict[str, None]] = {}
+    for name, attr in pairs:
+        attrs.setdefault(name, {}).setdefault(attr, None)
+    return [tensor_label(name, attr) for name in modules for attr in attrs.get(name, {})]
 
 
 def last_step(stashes: Sequence[Stash]) -> int:

@@ -396,6 +396,64 @@ def test_history_and_histograms_take_the_first_tensor_of_a_dict_output() -> None
     assert counts.sum() == 2 * hidden[0].numel()
 
 
+def _two_tensor_run(**options: object) -> Tracker:
+    """Parameters and inputs of known scale: a Linear (weight 2, bias 0.5) and a LayerNorm
+    (weight 4, bias 0.25) over a batch of 4; a module with two inputs, `hidden_states`
+    (all 3) and `scale` (all 0.5)."""
+
+    class Scale(nn.Module):
+        def forward(self, hidden_states: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+            return hidden_states * scale
+
+    linear, norm = nn.Linear(2, 2), nn.LayerNorm(2)
+    for p, value in (
+        (linear.weight, 2.0),
+        (linear.bias, 0.5),
+        (norm.weight, 4.0),
+        (norm.bias, 0.25),
+    ):
+        nn.init.constant_(p, value)
+    model = nn.Sequential(linear, norm)
+    scale = Scale()
+    capture = ("outputs", "inputs", "params")
+    with track(nn.ModuleList([model, scale]), capture=capture, **options) as tracker:  # type: ignore[arg-type]
+        x = torch.tensor([[1.0, 2.0], [3.0, 1.0], [0.0, 1.0], [2.0, 2.0]])
+        # The loss' gradient with respect to the LayerNorm's bias is 4 (the batch size) per element.
+        model(x).sum().backward()
+        scale(torch.full((3,), 3.0), torch.full((3,), 0.5))
+    return tracker
+
+
+def test_scale_plot_of_params_and_inputs_has_a_point_per_tensor() -> None:
+    for options in ({"stats": True}, {}):
+        tracker = _two_tensor_run(**options)
+        ax = plot.scale_plot(tracker, kind="param").axes[0]
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert ticks == ["0.0.weight", "0.0.bias", "0.1.weight", "0.1.bias"]
+        # log2 of the rms of each tensor: 2, 0.5, 4, 0.25 (not their means per module).
+        assert list(series(ax, "forward").get_ydata()) == pytest.approx([1.0, -1.0, 2.0, -2.0])
+        assert series(ax, "gradient").get_ydata()[3] == pytest.approx(2.0)  # log2(4)
+        assert ax.get_title().startswith("rms per tensor (param")
+        ax = plot.scale_plot(tracker, kind="input", names=["1"]).axes[0]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1.hidden_states", "1.scale"]
+        assert list(series(ax, "forward").get_ydata()) == pytest.approx([math.log2(3.0), -1.0])
+
+
+def test_history_of_params_and_inputs_has_a_line_per_tensor() -> None:
+    pytest.importorskip("pandas")
+    expected = {"0.0.weight": 1.0, "0.0.bias": -1.0, "0.1.weight": 2.0, "0.1.bias": -2.0}
+    tracker = _two_tensor_run(stats=True)
+    # From the tracker's frame, from its stashes, and from a frame passed in.
+    for source in (tracker, list(tracker), tracker.to_frame()):
+        ax = plot.history(source, kind="param").axes[0]
+        got = {label: series(ax, label).get_ydata()[0] for label in expected}
+        assert got == pytest.approx(expected)
+        assert legend_texts(ax)[:4] == list(expected)
+        ax = plot.history(source, kind="input", names=["1"]).axes[0]
+        assert series(ax, "1.hidden_states").get_ydata()[0] == pytest.approx(math.log2(3.0))
+        assert series(ax, "1.scale").get_ydata()[0] == pytest.approx(-1.0)
+
+
 # -- umap_plot ---------------------------------------------------------------------------
 
 
