@@ -104,9 +104,10 @@ def scale_plot(
         names: which modules: a substring or regex of module names, or a list of exact
             names; default: all.
         leaves: `True` for leaf modules only (no recorded submodule), `False` for parents
-            too; default: leaves only above 40 modules.
+            too; default: leaves only above 40 modules (counted before leaving any out).
         group: `True` to group repeated blocks as described above, `False` for one x
-            position per module; default: group above 40 modules.
+            position per module; default: group above 40 modules (the same count as
+            `leaves`, so a large model of blocks is grouped however few leaves it has).
         ax: draw into this matplotlib axes instead of a new figure (grouped, forward and
             gradient share it: gradients dashed).
 
@@ -153,7 +154,10 @@ def scale_plot(
             raise nothing_selected("scale_plot", f"names={names!r}", as_stashes(source, argument))
     fmts = format_list(formats)
     order = module_order(chosen)
-    if leaves if leaves is not None else len(order) > MANY_MODULES:
+    # Leaves and grouping are decided on one count, the modules chosen: leaves alone are
+    # fewer, and counting them would leave a large model of blocks ungrouped.
+    many = len(order) > MANY_MODULES
+    if leaves if leaves is not None else many:
         order = leaf_names(order)
         kept = set(order)
         chosen = [s for s in chosen if s.name in kept]
@@ -169,7 +173,7 @@ def scale_plot(
         )
     has_grad = any(s.grad for s in chosen)
     depth = depth_layout(positions)
-    grouped = depth.grouped and (group if group is not None else len(order) > MANY_MODULES)
+    grouped = depth.grouped and (group if group is not None else many)
     calls = "mean over calls, " if any(s.call for s in chosen) else ""
     per = "tensor" if any(s.attr for s in chosen) else "module"
     title = f"{stat} per {per} ({kind}, {calls}step {step})"

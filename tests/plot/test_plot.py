@@ -454,6 +454,35 @@ def test_history_of_params_and_inputs_has_a_line_per_tensor() -> None:
         assert series(ax, "1.scale").get_ydata()[0] == pytest.approx(-1.0)
 
 
+class _Block(nn.Module):
+    """Five modules: itself and four leaves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c, self.d = nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2), nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.d(self.c(self.b(self.a(x))))
+
+
+@pytest.mark.parametrize(
+    ("blocks", "panels", "ticks"),
+    [
+        (7, 1, 36),  # 1 + 7 * 5 = 36 modules: every module, one panel
+        (9, 2, 9),  # 46 modules (36 leaves): leaves only, grouped by block in two panels
+    ],
+)
+def test_scale_plot_default_leaves_and_grouping_count_the_same_modules(
+    blocks: int, panels: int, ticks: int
+) -> None:
+    model = nn.Sequential(*[_Block() for _ in range(blocks)])
+    with track(model, stats=True) as tracker:
+        model(torch.ones(1, 2)).sum().backward()
+    fig = plot.scale_plot(tracker)
+    assert len(fig.axes) == panels
+    assert len(fig.axes[0].get_xticks()) == ticks
+
+
 # -- umap_plot ---------------------------------------------------------------------------
 
 
