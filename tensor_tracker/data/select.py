@@ -26,6 +26,8 @@ __all__ = [
     "recorded_steps",
     "select",
     "select_from",
+    "short_label",
+    "short_labels",
     "stash_label",
     "stash_tensor",
     "stash_value",
@@ -38,6 +40,48 @@ ROOT_LABEL = "<model>"
 def display_name(name: str) -> str:
     """A module name for display: the root `""` becomes `"<model>"`."""
     return name if name else ROOT_LABEL
+
+
+def short_label(text: str, width: int = 36) -> str:
+    """`text` shortened to at most `width` characters by leaving out whole name components
+    from the left, never block indices nor the last component
+    (`"encoder.layer.11.attention.output.LayerNorm"` -> `"…layer.11.attention.output.LayerNorm"`),
+    then by cutting the middle."""
+    parts = text.split(".")
+    dropped = [False] * len(parts)
+    for i in range(len(parts) - 1):
+        if len(_join(parts, dropped)) <= width:
+            break
+        if not parts[i].isdigit():
+            dropped[i] = True
+    out = _join(parts, dropped)
+    if len(out) <= width:
+        return out
+    head = (width - 1) // 2
+    return out[:head] + "\u2026" + out[len(out) - (width - 1 - head) :]
+
+
+def _join(parts: list[str], dropped: list[bool]) -> str:
+    """Dotted name with each run of dropped components shown as one "…"."""
+    out: list[str] = []
+    for part, gone in zip(parts, dropped, strict=True):
+        if not gone:
+            out.append(part)
+        elif not out or out[-1] != "\u2026":
+            out.append("\u2026")
+    return ".".join(out).replace("\u2026.", "\u2026")
+
+
+def short_labels(names: Sequence[str], width: int = 36) -> list[str]:
+    """`short_label` of each name, except where different names would read the same (the
+    components left out told them apart): those keep their whole name."""
+    labels = [short_label(name, width) for name in names]
+    owners: dict[str, set[str]] = {}
+    for name, label in zip(names, labels, strict=True):
+        owners.setdefault(label, set()).add(name)
+    return [
+        name if len(owners[label]) > 1 else label for name, label in zip(names, labels, strict=True)
+    ]
 
 
 def as_stashes(source: Any, argument: str) -> list[Stash]:

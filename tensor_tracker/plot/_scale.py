@@ -14,6 +14,7 @@ from ..data.select import (
     recorded_steps,
     select,
     select_from,
+    short_labels,
 )
 from ..errors import ArgumentValueError
 
@@ -45,7 +46,6 @@ from ._figure import (
     root_figure,
     series_key,
     series_styles,
-    short_label,
 )
 
 __all__ = ["scale_plot"]
@@ -184,7 +184,7 @@ def scale_plot(
     # The legend beside the axes takes about 3.5 inches.
     width = min(MAX_WIDTH, max(9.0, 0.3 * len(positions) + 5.5))
     owned = ax is None
-    labels = [short_label(display_name(n)) for n in positions]
+    labels = short_labels([display_name(n) for n in positions])
     # About 2.6 inches of axes above the labels and the legend of formats.
     fig, ax = new_axes(ax, (width, 4.3 + _label_room(labels)), _label_length(labels))
     x = list(range(len(positions)))
@@ -240,7 +240,7 @@ def _by_depth(
     panels = [False, True] if has_grad else [False]
     width = min(MAX_WIDTH, max(9.0, 0.3 * len(depth.slots) + 6.0))
     if ax is None:
-        labels = [short_label(slot) for slot in depth.slots]
+        labels = short_labels(depth.slots)
         height = min(10.0, 3.2 * len(panels) + 1.0 + _label_room(labels))
         fig = new_figure((width, height), _label_length(labels))
         axes = list(fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
@@ -279,7 +279,7 @@ def _by_depth(
     limits: list[Any] = []
     for panel, data in drawn.items():  # one axes when sharing the user's
         limits = format_lines(panel, fmts, data)
-        _module_axis(panel, [short_label(slot) for slot in depth.slots])
+        _module_axis(panel, short_labels(depth.slots))
     axes[0].set_title(f"{title}: {len(depth.roles)} roles in {sum(depth.is_block)} blocks", y=1.0)
     axes[-1].set_xlabel("block (black diamonds: modules outside the repeated blocks)")
     key = () if owned else limits
