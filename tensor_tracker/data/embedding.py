@@ -21,6 +21,7 @@ from .select import (
     name_filter,
     select,
     stash_tensor,
+    stash_value,
 )
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ def layer_rows(
     for name in names:
         found = select(stashes, names=[name], grad=grad, step=step, call=call)
         tensor = next((t for t in map(stash_tensor, found) if t is not None), None)
-        if tensor is None and any(isinstance(s.first_value, Stats) for s in found):
+        if tensor is None and any(isinstance(stash_value(s), Stats) for s in found):
             raise ArgumentValueError(
                 f"umap_plot: layer {display_name(name)!r} holds statistics (stats=), not the "
                 "tensor; track without stats= to keep the full tensors"

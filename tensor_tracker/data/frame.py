@@ -18,6 +18,7 @@ from ..core.structure import iter_leaves
 from ..errors import ArgumentTypeError, ArgumentValueError, NotRecordedError
 from ..stats import NAMES, Stats, compute, stats_table
 from ..stats.store import StatsStore
+from .select import first_leaf
 
 if TYPE_CHECKING:
     import pandas
@@ -83,13 +84,8 @@ def _tensor_stats(fn: Callable[[Tensor], Any], values: Sequence[Any]) -> list[fl
 def _first_stats(value: Any) -> Stats | None:
     """The statistics of the first tensor in a stash's value (a tuple, dict, `ModelOutput`,
     ...), or None when it holds none."""
-    first = first_value(value)  # a tuple such as (Stats, None) needs no walk
-    if isinstance(first, Stats):
-        return first
-    for leaf in iter_leaves(value):
-        if isinstance(leaf, Stats):
-            return leaf
-    return None
+    stats: Stats | None = first_leaf(value, Stats)
+    return stats
 
 
 _META = ("name", "type", "grad", "call", "step", "kind", "attr", "training")

@@ -46,10 +46,14 @@ def is_frame(obj: Any) -> bool:
     return pd is not None and isinstance(obj, pd.DataFrame)
 
 
-def history_rows(
-    source: Any, stat: str, names: Names, grad: bool, kind: str
-) -> tuple[list[str], list[int], list[float], list[str]]:
-    """(name, step, value) rows of the chosen modules, and the chosen module names.
+Rows = tuple[list[str], list[str], list[int], list[float], list[str]]
+"""(name, attr, step, value) rows as four columns, and the chosen module names."""
+
+
+def history_rows(source: Any, stat: str, names: Names, grad: bool, kind: str) -> Rows:
+    """(name, attr, step, value) rows of the chosen modules, and the chosen module names
+    (`attr` tells a module's tensors of one kind apart: `"weight"`, `"bias"`; `""` for
+    outputs).
 
     A tracker that recorded `stat` is read through its frame (vectorised columns, no
     `Stash` built per row) when pandas is installed; full-tensor stashes compute `stat`."""
@@ -64,8 +68,14 @@ def history_rows(
     order = module_order(stashes)
     modules = _chosen_modules(order, {s.name for s in chosen}, names, grad, kind)
     keep = set(modules)
-    rows = [(s.name, s.step, v) for s, v in zip(chosen, values, strict=True) if s.name in keep]
-    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], modules
+    rows = [(s, v) for s, v in zip(chosen, values, strict=True) if s.name in keep]
+    return (
+        [s.name for s, _ in rows],
+        [s.attr for s, _ in rows],
+        [s.step for s, _ in rows],
+        [v for _, v in rows],
+        modules,
+    )
 
 
 def statistics_frame(source: Any, stat: str) -> pandas.DataFrame | None:
@@ -84,9 +94,7 @@ def statistics_frame(source: Any, stat: str) -> pandas.DataFrame | None:
     return frame if stat in frame.columns else None
 
 
-def _frame_rows(
-    frame: pandas.DataFrame, stat: str, names: Names, grad: bool, kind: str
-) -> tuple[list[str], list[int], list[float], list[str]]:
+def _frame_rows(frame: pandas.DataFrame, stat: str, names: Names, grad: bool, kind: str) -> Rows:
     missing = [c for c in ("name", "step", "grad") if c not in frame.columns]
     if missing:
         raise ArgumentValueError(
@@ -107,12 +115,13 @@ def _frame_rows(
     mask = frame["grad"].astype(bool) == grad
     if "kind" in frame.columns:
         mask &= frame["kind"] == kind
-    rows = frame.loc[mask, ["name", "step", stat]]
+    rows = frame.loc[mask, [c for c in ("name", "attr", "step", stat) if c in frame.columns]]
     order = [str(n) for n in frame["name"].unique()]
     modules = _chosen_modules(order, set(rows["name"].unique()), names, grad, kind)
     rows = rows[rows["name"].isin(modules)]
     return (
         [str(n) for n in rows["name"].tolist()],
+        [str(a) for a in rows["attr"].tolist()] if "attr" in rows.columns else [""] * len(rows),
         [int(st) for st in rows["step"].tolist()],
         [float(v) for v in rows[stat].tolist()],
         modules,

@@ -8,14 +8,17 @@ from typing import Any
 
 from torch import Tensor
 
-from ..core.records import Stash
+from ..core.records import Stash, first_value
+from ..core.structure import iter_leaves
 from ..core.tracker import Recorder
 from ..errors import ArgumentTypeError
+from ..stats import Stats
 
 __all__ = [
     "ROOT_LABEL",
     "as_stashes",
     "display_name",
+    "first_leaf",
     "first_stashes",
     "match_names",
     "module_order",
@@ -23,8 +26,11 @@ __all__ = [
     "recorded_steps",
     "select",
     "select_from",
+    "short_label",
+    "short_labels",
     "stash_label",
     "stash_tensor",
+    "stash_value",
 ]
 
 ROOT_LABEL = "<model>"
@@ -34,6 +40,48 @@ ROOT_LABEL = "<model>"
 def display_name(name: str) -> str:
     """A module name for display: the root `""` becomes `"<model>"`."""
     return name if name else ROOT_LABEL
+
+
+def short_label(text: str, width: int = 36) -> str:
+    """`text` shortened to at most `width` characters by leaving out whole name components
+    from the left, never block indices nor the last component
+    (`"encoder.layer.11.attention.output.LayerNorm"` -> `"…layer.11.attention.output.LayerNorm"`),
+    then by cutting the middle."""
+    parts = text.split(".")
+    dropped = [False] * len(parts)
+    for i in range(len(parts) - 1):
+        if len(_join(parts, dropped)) <= width:
+            break
+        if not parts[i].isdigit():
+            dropped[i] = True
+    out = _join(parts, dropped)
+    if len(out) <= width:
+        return out
+    head = (width - 1) // 2
+    return out[:head] + "\u2026" + out[len(out) - (width - 1 - head) :]
+
+
+def _join(parts: list[str], dropped: list[bool]) -> str:
+    """Dotted name with each run of dropped components shown as one "…"."""
+    out: list[str] = []
+    for part, gone in zip(parts, dropped, strict=True):
+        if not gone:
+            out.append(part)
+        elif not out or out[-1] != "\u2026":
+            out.append("\u2026")
+    return ".".join(out).replace("\u2026.", "\u2026")
+
+
+def short_labels(names: Sequence[str], width: int = 36) -> list[str]:
+    """`short_label` of each name, except where different names would read the same (the
+    components left out told them apart): those keep their whole name."""
+    labels = [short_label(name, width) for name in names]
+    owners: dict[str, set[str]] = {}
+    for name, label in zip(names, labels, strict=True):
+        owners.setdefault(label, set()).add(name)
+    return [
+        name if len(owners[label]) > 1 else label for name, label in zip(names, labels, strict=True)
+    ]
 
 
 def as_stashes(source: Any, argument: str) -> list[Stash]:
@@ -105,9 +153,27 @@ def first_stashes(source: Any, argument: str) -> list[Stash]:
     return list(first.values())
 
 
+def first_leaf(value: Any, kinds: type | tuple[type, ...]) -> Any:
+    """The first object of type `kinds` in a stash's value, or None when it holds none:
+    its `first_value` when that is one, else the first met walking the value (a dict's or
+    a Hugging Face `ModelOutput`'s first tensor entry, a tuple's first tensor after a
+    `None`, ...). The statistics columns of `to_frame` and the figures read a value so."""
+    first = first_value(value)  # a tuple such as (Stats, None) needs no walk
+    if isinstance(first, kinds):
+        return first
+    return next((leaf for leaf in iter_leaves(value) if isinstance(leaf, kinds)), None)
+
+
+def stash_value(stash: Stash) -> Tensor | Stats | None:
+    """What figures show of a stash: the first tensor, or the first recorded statistics
+    (`stats=`), in its value (see `first_leaf`); None when it holds neither."""
+    value: Tensor | Stats | None = first_leaf(stash.value, (Tensor, Stats))
+    return value
+
+
 def stash_tensor(stash: Stash) -> Tensor | None:
-    """The stash's `first_value` if it is a tensor, else `None`."""
-    value = stash.first_value
+    """The first tensor of the stash's value (see `stash_value`), else `None`."""
+    value = stash_value(stash)
     return value if isinstance(value, Tensor) else None
 
 

@@ -16,6 +16,7 @@ from .select import (
     display_name,
     module_order,
     stash_label,
+    stash_value,
 )
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ __all__ = [
     "recorded_series",
     "series_labels",
     "stat_values",
+    "tensor_label",
+    "tensor_labels",
     "tensor_series",
 ]
 
@@ -50,7 +53,9 @@ def log2_abs(values: Sequence[float]) -> list[float]:
 
 def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> list[float]:
     """`stat` of each stash as a float (NaN where the stash holds no tensor): read from
-    `stats=` stashes, or computed on each tensor's device; one batched read either way."""
+    `stats=` stashes, or computed on each tensor's device; one batched read either way.
+    A stash holding several tensors (a tuple, a dict, a `ModelOutput`) counts its first
+    (`stash_value`), as the statistics columns of `to_frame` do."""
     if not isinstance(stat, str):
         raise ArgumentTypeError(
             f"{argument} must be a statistic name (str), got {type(stat).__name__}"
@@ -59,7 +64,7 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
     computed: list[tuple[int, Stats]] = []
     fn = None
     for i, s in enumerate(stashes):
-        value = s.first_value
+        value = stash_value(s)
         if isinstance(value, Stats):
             if stat not in value:
                 raise ArgumentValueError(
@@ -90,6 +95,23 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
                 )
             out[i] = float(v)
     return out
+
+
+def tensor_label(name: str, attr: str) -> str:
+    """How figures name one recorded tensor of a module: the module's name for its output
+    (no `attr`), else the module's name and the attribute joined by a dot: `"1.weight"`,
+    `"1.bias"`, `"encoder.hidden_states"`, `"<model>.input_ids"` (the root's input)."""
+    return f"{display_name(name)}.{attr}" if attr else name
+
+
+def tensor_labels(pairs: Iterable[tuple[str, str]], modules: Sequence[str]) -> list[str]:
+    """The `tensor_label` of each distinct (module name, attr) pair: by module in the order
+    of `modules`, and within a module in order of first appearance; pairs of modules not
+    in `modules` are left out."""
+    attrs: dict[str, dict[str, None]] = {}
+    for name, attr in pairs:
+        attrs.setdefault(name, {}).setdefault(attr, None)
+    return [tensor_label(name, attr) for name in modules for attr in attrs.get(name, {})]
 
 
 def last_step(stashes: Sequence[Stash]) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 from .._optional import require
 from .._validate import check_type
 from ..data.graph import ModuleGraph
+from ..data.select import display_name, short_labels
 from ..errors import ArgumentTypeError
 from ..stats.formats import FORMATS
 from ._columns import columns_of
@@ -137,8 +138,16 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
         "title": title,
         "steps": steps,
         "modules": [
-            {"name": m, "type": str(types[m]).rsplit(".", 1)[-1], "depth": _depth(m, recorded)}
-            for m in modules
+            {
+                "name": m,
+                "type": str(types[m]).rsplit(".", 1)[-1],
+                "depth": _depth(m, recorded),
+                # Under the scale chart: shortened as in the figures, block indices kept.
+                "label": label,
+            }
+            for m, label in zip(
+                modules, short_labels([display_name(m) for m in modules]), strict=True
+            )
         ],
         "stats": stats,
         "series": series,

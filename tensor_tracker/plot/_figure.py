@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from .._optional import require
+from ..data.select import short_label
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats.formats import FORMATS, Format
 
@@ -309,36 +310,6 @@ def category_ticks(axis: Any, labels: Sequence[str], fontsize: str = "small") ->
 
 # Label every k-th category, k from this list (the last step is for absurd counts).
 _STEPS = (1, 2, 3, 4, 5, 10, 20, 25, 50, 100, 200, 500, 1000, 10**9)
-
-
-def short_label(text: str, width: int = 36) -> str:
-    """`text` shortened to at most `width` characters by leaving out whole name components
-    from the left, never block indices nor the last component
-    (`"encoder.layer.11.attention.output.LayerNorm"` -> `"…layer.11.attention.output.LayerNorm"`),
-    then by cutting the middle."""
-    parts = text.split(".")
-    dropped = [False] * len(parts)
-    for i in range(len(parts) - 1):
-        if len(_join(parts, dropped)) <= width:
-            break
-        if not parts[i].isdigit():
-            dropped[i] = True
-    out = _join(parts, dropped)
-    if len(out) <= width:
-        return out
-    head = (width - 1) // 2
-    return out[:head] + "\u2026" + out[len(out) - (width - 1 - head) :]
-
-
-def _join(parts: list[str], dropped: list[bool]) -> str:
-    """Dotted name with each run of dropped components shown as one "…"."""
-    out: list[str] = []
-    for part, gone in zip(parts, dropped, strict=True):
-        if not gone:
-            out.append(part)
-        elif not out or out[-1] != "\u2026":
-            out.append("\u2026")
-    return ".".join(out).replace("\u2026.", "\u2026")
 
 
 def limits_legend(fig: Figure, handles: Sequence[Any]) -> None:

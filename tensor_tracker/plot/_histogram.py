@@ -12,6 +12,7 @@ from .._optional import require
 from ..core.records import Stash
 from ..data.select import (
     as_stashes,
+    stash_value,
 )
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
@@ -47,7 +48,7 @@ def histogram(
 ) -> Figure:
     """Histogram of one stashed tensor, or of several overlaid.
 
-    Each stash's `first_value` tensor is binned with torch (no Python loop over elements),
+    Each stash's tensor (the first one of a tuple, dict or `ModelOutput`) is binned with torch (no Python loop over elements),
     so a million values redraw in milliseconds. Values that cannot be shown are counted and
     named in the legend rather than dropped silently: NaN/±inf, zeros (in log2 mode, as
     log2(0) is undefined) and values outside an explicit `range`. Integer and bool tensors
@@ -94,7 +95,8 @@ def histogram(
         items = as_stashes(stashes, "stashes")
         if not items:
             raise empty_error("histogram", "stashes")
-        tensors = [s.first_value for s in items]
+        # A stash holding no tensor keeps its value, for the error below to name its type.
+        tensors = [v if (v := stash_value(s)) is not None else s.first_value for s in items]
         default_labels = series_labels(items)
     if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
         raise ArgumentValueError(f"bins must be a positive int, got {bins!r}")

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor
 
 from .._optional import require
 from ..data.select import (
@@ -15,6 +14,8 @@ from ..data.select import (
     display_name,
     select_from,
     stash_label,
+    stash_tensor,
+    stash_value,
 )
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
@@ -34,6 +35,8 @@ from ..data.series import (
     not_shown,
     nothing_selected,
     recorded_series,
+    tensor_label,
+    tensor_labels,
     tensor_series,
 )
 from ._figure import (
@@ -65,6 +68,10 @@ def history(
 ) -> Figure:
     """A statistic over training steps, one line per module, on a log2 scale.
 
+    With `kind="input"`, `"param"` or `"optimizer"` a module can hold several tensors (a
+    LayerNorm's weight and bias): each gets its own line, named module and attribute
+    (`"1.weight"`, `"1.bias"`), never a mean of different tensors.
+
     Record steps with one tracker around the training loop and `tracker.step()` after each
     step (`every=N` records every N-th). x is the `step` column; y is log2|stat|, the mean
     over a module's calls within each step. Horizontal lines mark the number-format limits
@@ -93,7 +100,8 @@ def history(
         ax: draw into this matplotlib axes instead of a new figure.
 
     Returns:
-        The matplotlib `Figure`: one line per module (labelled with its name) plus the
+        The matplotlib `Figure`: one line per module (labelled with its name; per tensor,
+        labelled `"1.weight"`, for kinds other than `"output"`) plus the
         reference lines (`gid` `"limit:<format>:<limit>"`) and, if any, the line with gid
         `"first-nonfinite"` at the first non-finite step.
 
@@ -110,20 +118,27 @@ def history(
     """
     if not isinstance(max_points, int) or isinstance(max_points, bool) or max_points < 2:
         raise ArgumentValueError(f"max_points must be an int >= 2, got {max_points!r}")
-    row_names, steps, values, modules = history_rows(tracker_or_frame, stat, names, grad, kind)
+    row_names, attrs, steps, values, modules = history_rows(
+        tracker_or_frame, stat, names, grad, kind
+    )
     fmts = format_list(formats)
     if leaves if leaves is not None else (names is None and len(modules) > MANY_MODULES):
         modules = leaf_names(modules)
         kept = set(modules)
-        rows = [r for r in zip(row_names, steps, values, strict=True) if r[0] in kept]
-        row_names, steps, values = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
-    lines = curves(row_names, steps, values, max_points)
+        rows = [r for r in zip(row_names, attrs, steps, values, strict=True) if r[0] in kept]
+        row_names, attrs = [r[0] for r in rows], [r[1] for r in rows]
+        steps, values = [r[2] for r in rows], [r[3] for r in rows]
+    # One line per tensor: a module's tensors of this kind (weight and bias, ...) are
+    # different numbers, never averaged; outputs have no attr, so one line per module.
+    keys = [tensor_label(n, a) for n, a in zip(row_names, attrs, strict=True)]
+    lines = curves(keys, steps, values, max_points)
+    shown = tensor_labels(zip(row_names, attrs, strict=True), modules)
     owned = ax is None
     fig, ax = new_axes(ax, (10.0, 5.0))
-    styles = series_styles(len(modules))
+    styles = series_styles(len(shown))
     handles = []
     everything: list[float] = []
-    for module, style in zip(modules, styles, strict=True):
+    for module, style in zip(shown, styles, strict=True):
         curve = lines[module]
         everything += curve.lo + curve.hi
         handles.append(
@@ -137,7 +152,7 @@ def history(
                 **style,
             )[0]
         )
-        if curve.lo is not curve.y and len(modules) <= MAX_LEGEND:
+        if curve.lo is not curve.y and len(shown) <= MAX_LEGEND:
             ax.fill_between(curve.x, curve.lo, curve.hi, color=style["color"], alpha=0.2, lw=0)
     if all(math.isnan(v) for v in everything):
         raise ArgumentValueError(
@@ -232,7 +247,7 @@ def histogram_heatmap(
     if not isinstance(name, str):
         raise ArgumentTypeError(f"name must be a module name (str), got {type(name).__name__}")
     chosen = select_from(tracker, "tracker", names=[name], grad=grad, kind=kind)
-    chosen = [s for s in chosen if isinstance(s.first_value, (Tensor, Stats))]
+    chosen = [s for s in chosen if stash_value(s) is not None]
     if not chosen:
         stashes = as_stashes(tracker, "tracker")
         if not stashes:
@@ -244,13 +259,13 @@ def histogram_heatmap(
         )
     steps = sorted({s.step for s in chosen})
     position = {st: i for i, st in enumerate(steps)}
-    recorded = [s for s in chosen if isinstance(s.first_value, Stats)]
+    recorded = [s for s in chosen if isinstance(stash_value(s), Stats)]
     if recorded:
         if len(recorded) < len(chosen):
             raise ArgumentValueError(
                 "histogram_heatmap: the module's stashes mix tensors and statistics"
             )
-        stats_list: list[Stats] = [s.first_value for s in recorded]
+        stats_list = [v for s in recorded if isinstance(v := stash_value(s), Stats)]
         labels = [stash_label(s) for s in recorded]
         series, edges_t, log2_used = recorded_series(
             recorded, stats_list, labels, stat, None, "histogram_heatmap"
@@ -265,8 +280,10 @@ def histogram_heatmap(
         log2_used = True if log2 is None else bool(log2)
         per_step: dict[int, list[Series]] = {}
         for s in chosen:
-            tensor = s.first_value
-            per_step.setdefault(s.step, []).append(tensor_series(tensor, stash_label(s), log2_used))
+            tensor = stash_tensor(s)
+            if tensor is not None:  # each one: none of `chosen` holds statistics here
+                ser = tensor_series(tensor, stash_label(s), log2_used)
+                per_step.setdefault(s.step, []).append(ser)
         everything = [ser for group in per_step.values() for ser in group]
         span = check_range(range)
         if not any(ser.finite for ser in everything):

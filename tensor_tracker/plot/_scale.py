@@ -14,6 +14,7 @@ from ..data.select import (
     recorded_steps,
     select,
     select_from,
+    short_labels,
 )
 from ..errors import ArgumentValueError
 
@@ -28,6 +29,8 @@ from ..data.series import (
     mean_by,
     nothing_selected,
     stat_values,
+    tensor_label,
+    tensor_labels,
 )
 from ..stats.formats import Format
 from ._figure import (
@@ -43,7 +46,6 @@ from ._figure import (
     root_figure,
     series_key,
     series_styles,
-    short_label,
 )
 
 __all__ = ["scale_plot"]
@@ -70,7 +72,10 @@ def scale_plot(
 
     Small models get one x position per module, in execution order (the order of each
     module's first forward stash; the root model is shown as `"<model>"`), with two series:
-    forward (circles) and gradient (squares).
+    forward (circles) and gradient (squares). With `kind="input"`, `"param"` or
+    `"optimizer"` a module can hold several tensors (a LayerNorm's weight and bias, a
+    block's `hidden_states` and `position_ids`): each gets its own x position, named
+    module and attribute (`"1.weight"`, `"1.bias"`), never a mean of different tensors.
 
     Large models (more than 40 modules) are drawn by depth: leaf modules only, and the
     repeated blocks (`encoder.layer.0` … `encoder.layer.11`, `layer1.0`, …) recognised
@@ -81,7 +86,7 @@ def scale_plot(
     the module count, and tick labels are thinned to fit.
 
     When a module ran several times in the step (several calls), the plotted value is the
-    mean of the statistic over its calls. Only one step is shown: the last recorded one
+    mean of the statistic over its calls (of each tensor's over its calls, for inputs). Only one step is shown: the last recorded one
     unless `step=` is given (see `history` for steps over time).
 
     Works with full-tensor stashes (the statistic is computed from each tensor on its
@@ -99,15 +104,17 @@ def scale_plot(
         names: which modules: a substring or regex of module names, or a list of exact
             names; default: all.
         leaves: `True` for leaf modules only (no recorded submodule), `False` for parents
-            too; default: leaves only above 40 modules.
+            too; default: leaves only above 40 modules (counted before leaving any out).
         group: `True` to group repeated blocks as described above, `False` for one x
-            position per module; default: group above 40 modules.
+            position per module; default: group above 40 modules (the same count as
+            `leaves`, so a large model of blocks is grouped however few leaves it has).
         ax: draw into this matplotlib axes instead of a new figure (grouped, forward and
             gradient share it: gradients dashed).
 
     Returns:
         The matplotlib `Figure`. Per module: its axes hold the series lines labelled
-        `"forward"` and `"gradient"`; grouped: one line per role (labelled with the role,
+        `"forward"` and `"gradient"`, its x tick labels name the modules (or the tensors,
+        `"1.weight"`, for kinds other than `"output"`); grouped: one line per role (labelled with the role,
         plus `" (grad)"` when sharing `ax`) and `"outside blocks"`. Every axes holds one
         horizontal line per format limit, with `gid`
         `"limit:<format>:<max|min_normal|min_subnormal>"` at y = log2(limit).
@@ -147,35 +154,42 @@ def scale_plot(
             raise nothing_selected("scale_plot", f"names={names!r}", as_stashes(source, argument))
     fmts = format_list(formats)
     order = module_order(chosen)
-    if leaves if leaves is not None else len(order) > MANY_MODULES:
+    # Leaves and grouping are decided on one count, the modules chosen: leaves alone are
+    # fewer, and counting them would leave a large model of blocks ungrouped.
+    many = len(order) > MANY_MODULES
+    if leaves if leaves is not None else many:
         order = leaf_names(order)
         kept = set(order)
         chosen = [s for s in chosen if s.name in kept]
+    # One position per tensor: a module's tensors of this kind (weight and bias, ...) are
+    # different numbers, never averaged; outputs have no attr, so one per module.
+    positions = tensor_labels(((s.name, s.attr) for s in chosen), order)
     values = stat_values(chosen, stat)
-    means = mean_by([(s.name, s.grad) for s in chosen], values)
+    means = mean_by([(tensor_label(s.name, s.attr), s.grad) for s in chosen], values)
     if all(math.isnan(v) for v in log2_abs(list(means.values()))):
         raise ArgumentValueError(
             f"scale_plot: every {stat} value is zero, NaN or infinite (or no stash holds a "
             "tensor), so there is no scale to plot; try another stat= such as 'abs_max'"
         )
     has_grad = any(s.grad for s in chosen)
-    depth = depth_layout(order)
-    grouped = depth.grouped and (group if group is not None else len(order) > MANY_MODULES)
+    depth = depth_layout(positions)
+    grouped = depth.grouped and (group if group is not None else many)
     calls = "mean over calls, " if any(s.call for s in chosen) else ""
-    title = f"{stat} per module ({kind}, {calls}step {step})"
+    per = "tensor" if any(s.attr for s in chosen) else "module"
+    title = f"{stat} per {per} ({kind}, {calls}step {step})"
     ylabel = f"log2({stat})" if stat not in ("mean", "min", "max") else f"log2|{stat}|"
     if grouped:
         return _by_depth(depth, means, has_grad, fmts, title, ylabel, ax)
 
     # The legend beside the axes takes about 3.5 inches.
-    width = min(MAX_WIDTH, max(9.0, 0.3 * len(order) + 5.5))
+    width = min(MAX_WIDTH, max(9.0, 0.3 * len(positions) + 5.5))
     owned = ax is None
-    labels = [short_label(display_name(n)) for n in order]
+    labels = short_labels([display_name(n) for n in positions])
     # About 2.6 inches of axes above the labels and the legend of formats.
     fig, ax = new_axes(ax, (width, 4.3 + _label_room(labels)), _label_length(labels))
-    x = list(range(len(order)))
-    fwd = log2_abs([means.get((n, False), math.nan) for n in order])
-    bwd = log2_abs([means.get((n, True), math.nan) for n in order])
+    x = list(range(len(positions)))
+    fwd = log2_abs([means.get((n, False), math.nan) for n in positions])
+    bwd = log2_abs([means.get((n, True), math.nan) for n in positions])
     handles = [ax.plot(x, fwd, marker="o", linestyle="-", color="C0", label="forward", zorder=3)[0]]
     if has_grad:
         handles.append(
@@ -226,7 +240,7 @@ def _by_depth(
     panels = [False, True] if has_grad else [False]
     width = min(MAX_WIDTH, max(9.0, 0.3 * len(depth.slots) + 6.0))
     if ax is None:
-        labels = [short_label(slot) for slot in depth.slots]
+        labels = short_labels(depth.slots)
         height = min(10.0, 3.2 * len(panels) + 1.0 + _label_room(labels))
         fig = new_figure((width, height), _label_length(labels))
         axes = list(fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
@@ -265,7 +279,7 @@ def _by_depth(
     limits: list[Any] = []
     for panel, data in drawn.items():  # one axes when sharing the user's
         limits = format_lines(panel, fmts, data)
-        _module_axis(panel, [short_label(slot) for slot in depth.slots])
+        _module_axis(panel, short_labels(depth.slots))
     axes[0].set_title(f"{title}: {len(depth.roles)} roles in {sum(depth.is_block)} blocks", y=1.0)
     axes[-1].set_xlabel("block (black diamonds: modules outside the repeated blocks)")
     key = () if owned else limits

@@ -6,14 +6,13 @@ import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
-
 from .. import plot
 from ..data.select import (
     display_name,
     first_stashes,
     recorded_steps,
     select,
+    stash_tensor,
 )
 from ..errors import ArgumentValueError
 
@@ -78,8 +77,8 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
     outputs = select(stashes, kind="output")
     candidates: dict[str, tuple[int, int]] = {}  # module -> (tokens, features)
     for s in outputs:
-        value = s.first_value
-        if not s.grad and isinstance(value, Tensor) and value.dim() >= 2:
+        value = stash_tensor(s)
+        if not s.grad and value is not None and value.dim() >= 2:
             features = value.shape[-1]
             candidates.setdefault(s.name, (value.numel() // max(features, 1), features))
     if len(candidates) < 2:  # before grouping by shape: the message that helps most

@@ -14,6 +14,7 @@ from ..data.select import (
     module_order,
     select_from,
     stash_label,
+    stash_value,
 )
 from ..errors import ArgumentValueError
 from ..stats import Stats
@@ -191,7 +192,7 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
                 + (" — track with grad=True to record gradients." if grad else ".")
             )
         stash = chosen[0]
-        recorded = isinstance(stash.first_value, Stats)
+        recorded = isinstance(stash_value(stash), Stats)
         c["log2"].disabled = c["bins"].disabled = recorded
         return plot.histogram(
             stash,

@@ -15,6 +15,7 @@ from ..data.select import (
     match_names,
     module_order,
     select,
+    stash_value,
 )
 from ..errors import ArgumentValueError
 from ..plot._figure import fixed_margins
@@ -124,8 +125,8 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     # Statistics without a histogram cannot make a heatmap: say what it needs, once, in
     # place of a picker that would only lead to an error.
     binnable = any(
-        isinstance(s.first_value, Tensor)
-        or (isinstance(s.first_value, Stats) and s.first_value.layout.histograms)
+        isinstance(value := stash_value(s), Tensor)
+        or (isinstance(value, Stats) and value.layout.histograms)
         for s in stashes
     )
     if not binnable:

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 import tensor_tracker
-from tensor_tracker.data.select import first_stashes, recorded_steps, select, select_from
+from tensor_tracker.data.select import (
+    first_stashes,
+    recorded_steps,
+    select,
+    select_from,
+    short_labels,
+)
 from tests.helpers import mlp
 
 
@@ -60,3 +66,18 @@ def test_recorded_steps_of_a_kind(tracker: tensor_tracker.Tracker) -> None:
     assert recorded_steps(tracker, "tracker", "output") == [0, 1, 2]
     assert recorded_steps(list(tracker), "tracker", "param") == [0, 1, 2]
     assert recorded_steps(tracker, "tracker", "optimizer") == []
+
+
+def test_short_labels_keep_whole_names_that_would_read_the_same() -> None:
+    names = [
+        "encoder.layer.0.attention.output.dense",  # 38 characters: both lose their first
+        "decoder.layer.0.attention.output.dense",  # component, and would read the same
+        "encoder.layer.11.attention.output.LayerNorm",
+        "head",
+    ]
+    assert short_labels(names) == [
+        names[0],
+        names[1],
+        "\u2026layer.11.attention.output.LayerNorm",
+        "head",
+    ]

@@ -4,6 +4,7 @@ on what the page shows against what was recorded; no network request."""
 from __future__ import annotations
 
 import math
+import os
 import time
 from functools import partial
 from pathlib import Path
@@ -228,4 +229,60 @@ def test_a_level_of_500_calls_opens_as_groups(tmp_path: Path, browser: Any) -> N
     assert [c.text for c in crumbs] == ["<model>", "100 … 199"]
     crumbs[0].click()
     assert len(nodes()) == 7
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+class _Attention(nn.Module):
+    """A block whose modules have long names: `query_key_value` inside `attention`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.Sequential()
+        self.attention.query_key_value = nn.Linear(8, 8)
+        self.mlp_projection = nn.Linear(8, 8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.mlp_projection(self.attention.query_key_value(x))
+
+
+def test_the_scale_chart_names_every_module_in_full_view(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    """Module names under the scale chart lie inside the chart, and different modules read
+    differently: long names are shortened by whole components, never the block index.
+    The screenshot goes to the test's folder, or to `$TT_SCREENSHOTS`."""
+    from selenium.webdriver.common.by import By
+
+    model = nn.Sequential()
+    model.transformer = nn.Sequential()
+    model.transformer.encoder = nn.Sequential(_Attention(), _Attention())
+    with track(model, stats=True) as t:
+        model(torch.randn(2, 8)).sum().backward()
+    page = tensor_tracker.report(t, tmp_path / "names.html")
+    browser.get(page.as_uri())
+    _wait(browser, "return document.body.dataset.ready === 'true'")
+    labels = browser.find_elements(By.CSS_SELECTOR, "#scale-svg text.module-label")
+    names = [label.get_attribute("data-module") for label in labels]
+    assert sorted(names) == sorted(set(t.to_frame()["name"]))  # every module is named
+    texts = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#scale-svg text.module-label'),"
+        " (t) => t.firstChild.nodeValue)"
+    )
+    shown = dict(zip(names, texts, strict=True))
+    assert len(set(texts)) == len(texts)  # different modules read differently
+    assert shown["transformer"] == "transformer"
+    assert shown["transformer.encoder.1.attention.query_key_value"] == (
+        "\u2026encoder.1.attention.query_key_value"  # 47 characters: shortened, index kept
+    )
+    assert shown["transformer.encoder.0.mlp_projection"] == "transformer.encoder.0.mlp_projection"
+    # Every label lies inside the chart (nothing cut by its edges).
+    inside = browser.execute_script(
+        "const svg = document.getElementById('scale-svg').getBoundingClientRect();"
+        "return Array.from(document.querySelectorAll('#scale-svg text.module-label'), (t) => {"
+        "  const r = t.getBoundingClientRect();"
+        "  return [r.width > 20, r.left >= svg.left, r.right <= svg.right,"
+        "          r.top >= svg.top, r.bottom <= svg.bottom]; });"
+    )
+    assert inside == [[True] * 5] * len(labels)
+    folder = Path(os.environ.get("TT_SCREENSHOTS", tmp_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    browser.find_element(By.ID, "scale-svg").screenshot(str(folder / "scale_names.png"))
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

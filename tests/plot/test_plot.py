@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from torch import nn
 
 pytest.importorskip("matplotlib")
 
@@ -334,6 +335,152 @@ def test_scale_plot_missing_kind_or_step_raises(full: Tracker) -> None:
 def test_scale_plot_all_zero_values_raise() -> None:
     with pytest.raises(ValueError, match="zero, NaN or infinite"):
         plot.scale_plot([stash(torch.zeros(3))])
+
+
+class _DictOut(nn.Module):
+    """Returns a dict, as a Hugging Face model returns a `ModelOutput` (an `OrderedDict`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"hidden": self.lin(x)}
+
+
+def _dict_run(steps: int = 1, **options: object) -> tuple[Tracker, list[torch.Tensor]]:
+    """A tracker of a model whose submodule `0` returns a dict, and that dict's tensor at
+    each step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_DictOut())
+    hidden = []
+    with track(model, **options) as tracker:  # type: ignore[arg-type]
+        for _ in range(steps):
+            out = model(torch.randn(2, 4))["hidden"]
+            hidden.append(out.detach().clone())
+            out.sum().backward()
+            tracker.step()
+    return tracker, hidden
+
+
+def test_scale_plot_shows_the_first_tensor_of_a_dict_output() -> None:
+    pytest.importorskip("pandas")
+    for options in ({"stats": True}, {}):
+        tracker, hidden = _dict_run(**options)
+        ax = plot.scale_plot(tracker).axes[0]
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert ticks == ["0.lin", "0", "<model>"]
+        rms = math.log2(hidden[0].pow(2).mean().sqrt().item())
+        # The dict of "0" and of the root holds the output of 0.lin: the same point thrice.
+        assert list(series(ax, "forward").get_ydata()) == pytest.approx([rms] * 3, rel=1e-5)
+    # What the statistics frame shows for the same rows.
+    tracker, _ = _dict_run(stats=True)
+    frame = tracker.to_frame()
+    forward = frame[~frame.grad].set_index("name")["rms"]
+    ax = plot.scale_plot(tracker).axes[0]
+    assert list(series(ax, "forward").get_ydata()) == pytest.approx(
+        [math.log2(forward[n]) for n in ("0.lin", "0", "")]
+    )
+
+
+def test_history_and_histograms_take_the_first_tensor_of_a_dict_output() -> None:
+    tracker, hidden = _dict_run(steps=2)
+    ax = plot.history(tracker, names=["0"], stat="abs_max").axes[0]
+    expected = [math.log2(h.abs().max().item()) for h in hidden]
+    assert list(series(ax, "0").get_ydata()) == pytest.approx(expected)
+    dict_stash = next(s for s in tracker if s.name == "0" and not s.grad and s.step == 1)
+    assert isinstance(dict_stash.value, dict)
+    fig = plot.histogram(dict_stash, bins=4, range=(-4.0, 4.0))
+    assert bar_counts(fig) == torch.histc(hidden[1], bins=4, min=-4.0, max=4.0).tolist()
+    counts = mesh(plot.histogram_heatmap(tracker, "0", bins=4, log2=False).axes[0]).get_array()
+    assert counts.sum() == 2 * hidden[0].numel()
+
+
+def _two_tensor_run(**options: object) -> Tracker:
+    """Parameters and inputs of known scale: a Linear (weight 2, bias 0.5) and a LayerNorm
+    (weight 4, bias 0.25) over a batch of 4; a module with two inputs, `hidden_states`
+    (all 3) and `scale` (all 0.5)."""
+
+    class Scale(nn.Module):
+        def forward(self, hidden_states: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+            return hidden_states * scale
+
+    linear, norm = nn.Linear(2, 2), nn.LayerNorm(2)
+    for p, value in (
+        (linear.weight, 2.0),
+        (linear.bias, 0.5),
+        (norm.weight, 4.0),
+        (norm.bias, 0.25),
+    ):
+        nn.init.constant_(p, value)
+    model = nn.Sequential(linear, norm)
+    scale = Scale()
+    capture = ("outputs", "inputs", "params")
+    with track(nn.ModuleList([model, scale]), capture=capture, **options) as tracker:  # type: ignore[arg-type]
+        x = torch.tensor([[1.0, 2.0], [3.0, 1.0], [0.0, 1.0], [2.0, 2.0]])
+        # The loss' gradient with respect to the LayerNorm's bias is 4 (the batch size) per element.
+        model(x).sum().backward()
+        scale(torch.full((3,), 3.0), torch.full((3,), 0.5))
+    return tracker
+
+
+def test_scale_plot_of_params_and_inputs_has_a_point_per_tensor() -> None:
+    for options in ({"stats": True}, {}):
+        tracker = _two_tensor_run(**options)
+        ax = plot.scale_plot(tracker, kind="param").axes[0]
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert ticks == ["0.0.weight", "0.0.bias", "0.1.weight", "0.1.bias"]
+        # log2 of the rms of each tensor: 2, 0.5, 4, 0.25 (not their means per module).
+        assert list(series(ax, "forward").get_ydata()) == pytest.approx([1.0, -1.0, 2.0, -2.0])
+        assert series(ax, "gradient").get_ydata()[3] == pytest.approx(2.0)  # log2(4)
+        assert ax.get_title().startswith("rms per tensor (param")
+        ax = plot.scale_plot(tracker, kind="input", names=["1"]).axes[0]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1.hidden_states", "1.scale"]
+        assert list(series(ax, "forward").get_ydata()) == pytest.approx([math.log2(3.0), -1.0])
+
+
+def test_history_of_params_and_inputs_has_a_line_per_tensor() -> None:
+    pytest.importorskip("pandas")
+    expected = {"0.0.weight": 1.0, "0.0.bias": -1.0, "0.1.weight": 2.0, "0.1.bias": -2.0}
+    tracker = _two_tensor_run(stats=True)
+    # From the tracker's frame, from its stashes, and from a frame passed in.
+    for source in (tracker, list(tracker), tracker.to_frame()):
+        ax = plot.history(source, kind="param").axes[0]
+        got = {label: series(ax, label).get_ydata()[0] for label in expected}
+        assert got == pytest.approx(expected)
+        assert legend_texts(ax)[:4] == list(expected)
+        ax = plot.history(source, kind="input", names=["1"]).axes[0]
+        assert series(ax, "1.hidden_states").get_ydata()[0] == pytest.approx(math.log2(3.0))
+        assert series(ax, "1.scale").get_ydata()[0] == pytest.approx(-1.0)
+
+
+class _Block(nn.Module):
+    """Five modules: itself and four leaves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c, self.d = nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2), nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.d(self.c(self.b(self.a(x))))
+
+
+@pytest.mark.parametrize(
+    ("blocks", "panels", "ticks"),
+    [
+        (7, 1, 36),  # 1 + 7 * 5 = 36 modules: every module, one panel
+        (9, 2, 9),  # 46 modules (36 leaves): leaves only, grouped by block in two panels
+    ],
+)
+def test_scale_plot_default_leaves_and_grouping_count_the_same_modules(
+    blocks: int, panels: int, ticks: int
+) -> None:
+    model = nn.Sequential(*[_Block() for _ in range(blocks)])
+    with track(model, stats=True) as tracker:
+        model(torch.ones(1, 2)).sum().backward()
+    fig = plot.scale_plot(tracker)
+    assert len(fig.axes) == panels
+    assert len(fig.axes[0].get_xticks()) == ticks
 
 
 # -- umap_plot ---------------------------------------------------------------------------

@@ -38,6 +38,20 @@ def test_histogram_viewer_is_a_widget_showing_the_first_module(full: Tracker) ->
     assert len(v.image.value) > 0
 
 
+def test_histogram_viewer_offers_a_module_returning_a_dict() -> None:
+    class DictOut(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"hidden": x * 2}
+
+    model = torch.nn.Sequential(DictOut())
+    with track(model) as tracker:
+        model(torch.ones(3))
+    v = widgets.histogram_viewer(tracker)
+    assert "0" in [value for _, value in v.controls["module"].options]
+    v.controls["module"].value = "0"
+    assert title(v) == "0 (fwd, step 0, call 0)"
+
+
 def test_histogram_viewer_filter_narrows_modules_and_redraws(full: Tracker) -> None:
     v = widgets.histogram_viewer(full)
     v.controls["filter"].value = r"mlp\.down"
@@ -298,8 +312,8 @@ def test_history_viewer_empty_tracker_shows_message() -> None:
 
 
 def test_histogram_viewer_offers_what_the_module_has_in_that_direction() -> None:
-    # The root returns a dict: gradients of its tensors are recorded, its forward value is
-    # not a tensor; its input is.
+    # The root returns a dict: its forward value shows the dict's first tensor (as the
+    # frame's statistics do), and its input is recorded too; the input has no gradient.
     class Model(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -315,8 +329,8 @@ def test_histogram_viewer_offers_what_the_module_has_in_that_direction() -> None
         model(torch.randn(2, 3))["y"].sum().backward()
     v = widgets.histogram_viewer(t)
     v.controls["module"].value = ""
-    assert [value for _, value in v.controls["what"].options] == [("input", "x")]
+    assert [value for _, value in v.controls["what"].options] == [("input", "x"), ("output", "")]
     assert v.figure is not None, v.message.value
     v.controls["grad"].value = True
-    assert ("output", "") in [value for _, value in v.controls["what"].options]
+    assert [value for _, value in v.controls["what"].options] == [("output", "")]
     assert v.figure is not None, v.message.value
