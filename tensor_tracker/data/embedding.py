@@ -20,8 +20,8 @@ from .select import (
     module_order,
     name_filter,
     select,
+    shown_value,
     stash_tensor,
-    stash_value,
 )
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def layer_rows(
     for name in names:
         found = select(stashes, names=[name], grad=grad, step=step, call=call)
         tensor = next((t for t in map(stash_tensor, found) if t is not None), None)
-        if tensor is None and any(isinstance(stash_value(s), Stats) for s in found):
+        if tensor is None and any(isinstance(shown_value(s), Stats) for s in found):
             raise ArgumentValueError(
                 f"umap_plot: layer {display_name(name)!r} holds statistics (stats=), not the "
                 "tensor; track without stats= to keep the full tensors"

@@ -28,9 +28,9 @@ __all__ = [
     "select_from",
     "short_label",
     "short_labels",
+    "shown_value",
     "stash_label",
     "stash_tensor",
-    "stash_value",
 ]
 
 ROOT_LABEL = "<model>"
@@ -164,7 +164,7 @@ def first_leaf(value: Any, kinds: type | tuple[type, ...]) -> Any:
     return next((leaf for leaf in iter_leaves(value) if isinstance(leaf, kinds)), None)
 
 
-def stash_value(stash: Stash) -> Tensor | Stats | None:
+def shown_value(stash: Stash) -> Tensor | Stats | None:
     """What figures show of a stash: the first tensor, or the first recorded statistics
     (`stats=`), in its value (see `first_leaf`); None when it holds neither."""
     value: Tensor | Stats | None = first_leaf(stash.value, (Tensor, Stats))
@@ -172,8 +172,8 @@ def stash_value(stash: Stash) -> Tensor | Stats | None:
 
 
 def stash_tensor(stash: Stash) -> Tensor | None:
-    """The first tensor of the stash's value (see `stash_value`), else `None`."""
-    value = stash_value(stash)
+    """The first tensor of the stash's value (see `shown_value`), else `None`."""
+    value = shown_value(stash)
     return value if isinstance(value, Tensor) else None
 
 

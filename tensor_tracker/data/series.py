@@ -15,8 +15,8 @@ from ..stats import NAMES, Stats, parse, stats_table
 from .select import (
     display_name,
     module_order,
+    shown_value,
     stash_label,
-    stash_value,
 )
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
     """`stat` of each stash as a float (NaN where the stash holds no tensor): read from
     `stats=` stashes, or computed on each tensor's device; one batched read either way.
     A stash holding several tensors (a tuple, a dict, a `ModelOutput`) counts its first
-    (`stash_value`), as the statistics columns of `to_frame` do."""
+    (`shown_value`), as the statistics columns of `to_frame` do."""
     if not isinstance(stat, str):
         raise ArgumentTypeError(
             f"{argument} must be a statistic name (str), got {type(stat).__name__}"
@@ -64,7 +64,7 @@ def stat_values(stashes: Sequence[Stash], stat: str, argument: str = "stat") -> 
     computed: list[tuple[int, Stats]] = []
     fn = None
     for i, s in enumerate(stashes):
-        value = stash_value(s)
+        value = shown_value(s)
         if isinstance(value, Stats):
             if stat not in value:
                 raise ArgumentValueError(

@@ -12,7 +12,7 @@ from .._optional import require
 from ..core.records import Stash
 from ..data.select import (
     as_stashes,
-    stash_value,
+    shown_value,
 )
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
@@ -96,7 +96,7 @@ def histogram(
         if not items:
             raise empty_error("histogram", "stashes")
         # A stash holding no tensor keeps its value, for the error below to name its type.
-        tensors = [v if (v := stash_value(s)) is not None else s.first_value for s in items]
+        tensors = [v if (v := shown_value(s)) is not None else s.first_value for s in items]
         default_labels = series_labels(items)
     if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
         raise ArgumentValueError(f"bins must be a positive int, got {bins!r}")

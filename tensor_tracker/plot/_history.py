@@ -13,9 +13,9 @@ from ..data.select import (
     as_stashes,
     display_name,
     select_from,
+    shown_value,
     stash_label,
     stash_tensor,
-    stash_value,
 )
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
@@ -247,7 +247,7 @@ def histogram_heatmap(
     if not isinstance(name, str):
         raise ArgumentTypeError(f"name must be a module name (str), got {type(name).__name__}")
     chosen = select_from(tracker, "tracker", names=[name], grad=grad, kind=kind)
-    chosen = [s for s in chosen if stash_value(s) is not None]
+    chosen = [s for s in chosen if shown_value(s) is not None]
     if not chosen:
         stashes = as_stashes(tracker, "tracker")
         if not stashes:
@@ -259,13 +259,13 @@ def histogram_heatmap(
         )
     steps = sorted({s.step for s in chosen})
     position = {st: i for i, st in enumerate(steps)}
-    recorded = [s for s in chosen if isinstance(stash_value(s), Stats)]
+    recorded = [s for s in chosen if isinstance(shown_value(s), Stats)]
     if recorded:
         if len(recorded) < len(chosen):
             raise ArgumentValueError(
                 "histogram_heatmap: the module's stashes mix tensors and statistics"
             )
-        stats_list = [v for s in recorded if isinstance(v := stash_value(s), Stats)]
+        stats_list = [v for s in recorded if isinstance(v := shown_value(s), Stats)]
         labels = [stash_label(s) for s in recorded]
         series, edges_t, log2_used = recorded_series(
             recorded, stats_list, labels, stat, None, "histogram_heatmap"

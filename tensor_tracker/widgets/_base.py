@@ -13,7 +13,7 @@ from .._optional import require
 from ..core.records import Stash
 from ..data.select import (
     display_name,
-    stash_value,
+    shown_value,
 )
 from ..plot._figure import at_most
 from ..stats import NAMES, Stats
@@ -201,7 +201,7 @@ def set_options(control: Any, options: Sequence[Any], keep: Any, default: Any = 
 
 def plottable(stashes: Sequence[Stash]) -> list[Stash]:
     """The stashes a histogram can show: a tensor or statistics as their first value."""
-    return [s for s in stashes if stash_value(s) is not None]
+    return [s for s in stashes if shown_value(s) is not None]
 
 
 def stat_options(stashes: Sequence[Stash]) -> list[str]:
@@ -210,7 +210,7 @@ def stat_options(stashes: Sequence[Stash]) -> list[str]:
     recorded: dict[str, None] = {}
     has_tensors = False
     for s in stashes:
-        value = stash_value(s)
+        value = shown_value(s)
         if isinstance(value, Stats):
             hist_names = {n for h in value.layout.histograms.values() for n in h.names}
             recorded.update(dict.fromkeys(n for n in value.names if n not in hist_names))

@@ -13,8 +13,8 @@ from ..data.select import (
     match_names,
     module_order,
     select_from,
+    shown_value,
     stash_label,
-    stash_value,
 )
 from ..errors import ArgumentValueError
 from ..stats import Stats
@@ -192,7 +192,7 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
                 + (" — track with grad=True to record gradients." if grad else ".")
             )
         stash = chosen[0]
-        recorded = isinstance(stash_value(stash), Stats)
+        recorded = isinstance(shown_value(stash), Stats)
         c["log2"].disabled = c["bins"].disabled = recorded
         return plot.histogram(
             stash,

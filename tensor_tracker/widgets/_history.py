@@ -15,7 +15,7 @@ from ..data.select import (
     match_names,
     module_order,
     select,
-    stash_value,
+    shown_value,
 )
 from ..errors import ArgumentValueError
 from ..plot._figure import fixed_margins
@@ -125,7 +125,7 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     # Statistics without a histogram cannot make a heatmap: say what it needs, once, in
     # place of a picker that would only lead to an error.
     binnable = any(
-        isinstance(value := stash_value(s), Tensor)
+        isinstance(value := shown_value(s), Tensor)
         or (isinstance(value, Stats) and value.layout.histograms)
         for s in stashes
     )
