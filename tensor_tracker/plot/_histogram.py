@@ -48,8 +48,8 @@ def histogram(
 ) -> Figure:
     """Histogram of one stashed tensor, or of several overlaid.
 
-    Each stash's tensor (the first one of a tuple, dict or `ModelOutput`) is binned with torch (no Python loop over elements),
-    so a million values redraw in milliseconds. Values that cannot be shown are counted and
+    Each stash's tensor (the first one of a tuple, dict or `ModelOutput`) is binned with
+    torch (no Python loop over elements), so a million values redraw in milliseconds. Values that cannot be shown are counted and
     named in the legend rather than dropped silently: NaN/±inf, zeros (in log2 mode, as
     log2(0) is undefined) and values outside an explicit `range`. Integer and bool tensors
     are binned as floats.

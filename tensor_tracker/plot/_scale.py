@@ -86,8 +86,9 @@ def scale_plot(
     the module count, and tick labels are thinned to fit.
 
     When a module ran several times in the step (several calls), the plotted value is the
-    mean of the statistic over its calls (of each tensor's over its calls, for inputs). Only one step is shown: the last recorded one
-    unless `step=` is given (see `history` for steps over time).
+    mean of the statistic over its calls (of each tensor's over its calls, for inputs).
+    Only one step is shown: the last recorded one unless `step=` is given (see `history`
+    for steps over time).
 
     Works with full-tensor stashes (the statistic is computed from each tensor on its
     device) and with `track(model, stats=...)` stashes (the recorded statistic is read in
@@ -114,8 +115,9 @@ def scale_plot(
     Returns:
         The matplotlib `Figure`. Per module: its axes hold the series lines labelled
         `"forward"` and `"gradient"`, its x tick labels name the modules (or the tensors,
-        `"1.weight"`, for kinds other than `"output"`); grouped: one line per role (labelled with the role,
-        plus `" (grad)"` when sharing `ax`) and `"outside blocks"`. Every axes holds one
+        `"1.weight"`, for kinds other than `"output"`); grouped: one line per role
+        (labelled with the role, plus `" (grad)"` when sharing `ax`) and
+        `"outside blocks"`. Every axes holds one
         horizontal line per format limit, with `gid`
         `"limit:<format>:<max|min_normal|min_subnormal>"` at y = log2(limit).
 
