@@ -6,7 +6,7 @@ import os
 import re
 import shutil
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,16 +15,23 @@ from torch import Tensor, nn
 
 from ._optional import require
 from ._validate import check_bool, check_choices, check_int, check_type
+from .core.columns import Columns
 from .core.dist import gather_objects
 from .core.records import StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
 from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
-from .data.ranks import combined_frame, merge, part_of
+from .data.ranks import Part, combined_frame, merge, merged_stats, part_of
 from .data.recording import RecordingWriter, _spec_of, read_recording
 from .data.summary import Summary, recorded_summary
-from .errors import ArgumentValueError, NonFiniteError, TrackerStateError
+from .errors import (
+    ArgumentValueError,
+    NonFiniteError,
+    RecordingError,
+    TensorTrackerError,
+    TrackerStateError,
+)
 from .stats import StatsFn, parse
 from .stats.store import StatsStore
 
@@ -84,6 +91,9 @@ class Tracker(Recorder):
     """The rank of each record (an `array`) of a tracker holding several ranks' records
     (`gather`, `load` of a run directory); `None` otherwise."""
 
+    _rank_stats: dict[int, tuple[str, ...]] | None = None
+    """The statistics each rank recorded, when ranks recorded different ones."""
+
     def _ranks(self) -> Any:
         """The rank of each row, or `None` outside `torch.distributed`."""
         if self.row_ranks is not None and len(self.row_ranks) == len(self.stashes):
@@ -98,7 +108,9 @@ class Tracker(Recorder):
         loop, or every N steps), outside any hook. Ranks may have recorded different
         numbers of records. On `dst`, returns a new `Tracker` holding all of them in rank
         order (no hooks; `to_frame()` has a `rank` column, `combined()` merges the ranks'
-        statistics); on the other ranks, `None`. This tracker is left as it is.
+        statistics); on the other ranks, `None`. This tracker is left as it is. Ranks that
+        recorded different statistics keep their own values, NaN for a statistic a rank
+        did not record (`combined()` then refuses; full copies and statistics do not mix).
 
         Statistics travel as their raw vectors (a few floats each); full copies are
         pickled. A tracker streaming to disk (`stream_to=`) holds only the current step:
@@ -129,8 +141,7 @@ class Tracker(Recorder):
         parts = gather_objects(part, dst, group)
         if parts is None:
             return None
-        merged = Tracker(self._stash_fn)
-        merged.row_ranks = merge(parts, merged.stashes)
+        merged = _merged(parts, self._stash_fn, TrackerStateError)
         merged.logged = [e for p in parts for e in p.log]
         merged.rank, merged.world_size = self.rank, self.world_size
         return merged
@@ -162,6 +173,13 @@ class Tracker(Recorder):
             ['0', 1, 64.0]
         """
         self._sync()
+        if self._rank_stats is not None:
+            recorded = "; ".join(f"rank {r}: {list(n)}" for r, n in self._rank_stats.items())
+            raise TrackerStateError(
+                f"combined(): the ranks recorded different statistics ({recorded}); a "
+                "statistic combines over ranks only when every rank recorded it: record "
+                "the same stats= on every rank (to_frame() shows each rank's own)"
+            )
         stats_fn = getattr(self._stash_fn, "stash_value", None)
         names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
         ranks = self._ranks() or [0] * len(self.stashes)
@@ -253,7 +271,8 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     A run directory that several ranks streamed to (`track(..., stream_to=path)` under
     `torch.distributed` writes one recording per rank, `path/rank-N`) is read whole: the
     records of every rank, in rank order, with a `rank` column in `to_frame()` and
-    `combined()` for the statistics over all ranks.
+    `combined()` for the statistics over all ranks. Ranks that recorded different
+    statistics keep their own values, NaN for a statistic a rank did not record.
 
     Args:
         path: the recording's directory (or a run directory of `rank-N` recordings).
@@ -272,8 +291,11 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     if parts:
         recordings = [(rank, read_recording(part, recover=recover)) for rank, part in parts]
         stats = recordings[0][1].stats
-        tracker = Tracker(get_stash_fn(stats) if stats is not None else None)
-        tracker.row_ranks = merge([(r, rec.columns) for r, rec in recordings], tracker.stashes)
+        tracker = _merged(
+            [(r, rec.columns) for r, rec in recordings],
+            get_stash_fn(stats) if stats is not None else None,
+            RecordingError,
+        )
         tracker.logged = [e for _, rec in recordings for e in rec.log]
         tracker.world_size = len(parts)
         return tracker
@@ -281,6 +303,28 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     tracker = Tracker(get_stash_fn(recording.stats) if recording.stats is not None else None)
     tracker.stashes = recording.columns
     tracker.logged = recording.log
+    return tracker
+
+
+def _merged(
+    parts: Sequence[Part | tuple[int, Columns]],
+    stash_fn: StashFn | None,
+    error: type[TensorTrackerError],
+) -> Tracker:
+    """A tracker holding the records of `parts` (see `data.ranks.merge`), read with
+    `stash_fn` when every rank recorded the same statistics, else with `merged_stats`'s
+    layout (raising `error` when they cannot be merged)."""
+    specs = [p.spec if isinstance(p, Part) else _spec_of(p[1]) for p in parts]
+    union = merged_stats(specs, error)
+    tracker = Tracker(stash_fn if union is None else get_stash_fn(union))
+    tracker.row_ranks = merge(parts, tracker.stashes)
+    if union is not None:
+        tracker._rank_stats = {
+            (p.rank if isinstance(p, Part) else p[0]): tuple(
+                i.name if hasattr(i, "name") else i for i in spec or ()
+            )
+            for p, spec in zip(parts, specs, strict=True)
+        }
     return tracker
 
 
