@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import os
 from importlib import resources
@@ -18,6 +17,7 @@ from ..data.select import display_name, short_labels
 from ..errors import ArgumentTypeError
 from ..stats.formats import FORMATS
 from ._columns import columns_of
+from ._html import fill, script_json
 
 __all__ = ["page", "report"]
 
@@ -180,11 +180,8 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
     payload = _nothing_recorded(title) if recording is None else _payload(recording, title)
     payload["graph"] = None if graph is None else graph.to_dict()
     payload["view"] = view
-    data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
     text = resources.files(__package__).joinpath("report.html").read_text()
-    return text.replace("__TITLE__", html.escape(title)).replace(
-        "__DATA__", data.replace("</", "<\\/")
-    )
+    return fill(text, {"TITLE": html.escape(title), "DATA": script_json(payload)})
 
 
 def report(
