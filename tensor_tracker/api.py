@@ -287,6 +287,16 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
         >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
         >>> t.to_frame()                             # doctest: +SKIP
     """
+    check_type(path, (str, os.PathLike), "load(path)", "a directory path (str or Path)")
+    check_bool(recover, "load(recover=...)")
+    root = Path(path)
+    if not root.is_dir():
+        what = "a file" if root.exists() else "no such directory"
+        raise RecordingError(
+            f"{root} is {what}, not a recording directory; load() reads the directory that "
+            "Tracker.save or track(..., stream_to=...) wrote (an HTML report cannot be "
+            "loaded back)"
+        )
     parts = rank_parts(path)
     if parts:
         recordings = [(rank, read_recording(part, recover=recover)) for rank, part in parts]

@@ -5,6 +5,7 @@ The recording core of `tensor_tracker.Tracker`, which adds the ways to read a re
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import re
@@ -38,6 +39,7 @@ from ..errors import (
     ArgumentTypeError,
     ArgumentValueError,
     MemoryBudgetError,
+    NotRecordedError,
     TrackerStateError,
 )
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns, Site
@@ -64,6 +66,23 @@ Pattern = str | re.Pattern[str] | None
 
 CAPTURE = ("outputs", "inputs", "params")
 """What `capture=` can name: module outputs, module inputs, and each module's own parameters."""
+
+
+def _a_few(names: list[str], n: int = 6) -> str:
+    """Up to `n` of `names`, and how many more there are."""
+    shown = ", ".join(names[:n])
+    return shown + (f", ... ({len(names) - n} more)" if len(names) > n else "")
+
+
+def _caller_level() -> int:
+    """The `stacklevel` of a warning that points at the user's code: the first frame
+    outside this package."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("tensor_tracker."):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def compile_pattern(pattern: Pattern, argument: str) -> re.Pattern[str] | None:
@@ -523,6 +542,7 @@ class Recorder:
         include_re = compile_pattern(include, "include")
         exclude_re = compile_pattern(exclude, "exclude")
         wrappers: list[str] = []
+        included = 0
         for name, child in module.named_modules():
             compiled = compiled_callable(child)
             if compiled is not None:
@@ -538,9 +558,19 @@ class Recorder:
                 continue
             if include_re is not None and not include_re.search(name):
                 continue
+            included += 1
             if exclude_re is not None and exclude_re.search(name):
                 continue
             self.register(child, name, grad)
+        if not included and include_re is not None:
+            names = [n for n, _ in module.named_modules()]
+            warnings.warn(
+                f"include={include_re.pattern!r} matches no module name, so nothing will be "
+                f"recorded (it is searched with re.search in the names: "
+                f"{_a_few([repr(n) for n in names])})",
+                UserWarning,
+                stacklevel=_caller_level(),
+            )
         if self._compiled and self._attached:
             self._forget_compiled_code()
 
@@ -1242,8 +1272,28 @@ class Recorder:
     def __getitem__(self, index: int) -> Stash: ...
     @overload
     def __getitem__(self, index: slice) -> list[Stash]: ...
-    def __getitem__(self, index: int | slice) -> Stash | list[Stash]:
+    @overload
+    def __getitem__(self, index: str) -> list[Stash]: ...
+    def __getitem__(self, index: int | slice | str) -> Stash | list[Stash]:
+        """`tracker[i]`: the i-th stash; `tracker[i:j]`: a list of them; `tracker["0.linear"]`:
+        the stashes of the module of that name, in recording order.
+
+        Raises:
+            NotRecordedError: (a `KeyError`) no stash of a module of that name; the message
+                names close matches.
+            IndexError: `i` out of range.
+        """
         self._sync()
+        if isinstance(index, str):
+            found = self._where(lambda site: site.name == index)
+            if found:
+                return found
+            names = list(dict.fromkeys(site.name for site in self.stashes.sites))
+            close = difflib.get_close_matches(index, names, n=5, cutoff=0.5)
+            hint = f"close matches: {close}" if close else f"recorded: {_a_few(names)}"
+            raise NotRecordedError(f"no stash of a module named {index!r}; {hint}")
+        if not isinstance(index, (int, slice)) or isinstance(index, bool):
+            check_int(index, "tracker[index]", "an int, a slice or a module name (str)")
         return self.stashes[index]
 
     def __iter__(self) -> Iterator[Stash]:
