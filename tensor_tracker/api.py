@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ._optional import require
-from ._validate import check_bool, check_choices, check_int, check_type
+from ._validate import check_bool, check_choices, check_int, check_path, check_type
 from .core.columns import Columns
 from .core.dist import gather_objects
 from .core.records import StashFn, StashValueFn
@@ -204,6 +204,8 @@ class Tracker(Recorder):
             >>> s.total_params, [(c.name, c.params, c.output_shapes) for c in s][:2]
             (172, [('', 0, [(8, 4)]), ('0', 136, [(8, 8)])])
         """
+        if step is not None:
+            check_int(step, "summary(step=...)", "a recorded step (int) or None")
         self._sync()
         return recorded_summary(self.stashes, dict(self.modules), step)
 
@@ -242,6 +244,7 @@ class Tracker(Recorder):
             >>> len(tensor_tracker.load(folder)) == len(tracker)
             True
         """
+        check_path(path, "save(path)", "a directory path")
         self._sync()
         existed = Path(path).exists()
         writer = RecordingWriter(path, _spec_of(self.stashes))
@@ -287,7 +290,7 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
         >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
         >>> t.to_frame()                             # doctest: +SKIP
     """
-    check_type(path, (str, os.PathLike), "load(path)", "a directory path (str or Path)")
+    check_path(path, "load(path)", "a recording's directory")
     check_bool(recover, "load(recover=...)")
     root = Path(path)
     if not root.is_dir():
@@ -587,7 +590,7 @@ def track(
 
 def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
     """Set up `track(..., stream_to=path)` (before any hook is attached)."""
-    check_type(path, (str, os.PathLike), "stream_to=", "a directory path")
+    check_path(path, "stream_to=", "a directory path")
     if tracker.rank is not None:  # each rank writes its own part of the run directory
         path = Path(path) / f"rank-{tracker.rank}"
     writer = RecordingWriter(path, _spec_of(tracker.stashes))

@@ -222,9 +222,10 @@ def stash(name: str, value: Any, role: str | None = None) -> Any:
     """
     if role is not None and role not in ROLES:
         raise ArgumentValueError(f"stash(role=...): one of {list(ROLES)} or None, got {role!r}")
+    if not isinstance(name, str):  # also when nothing tracks: the model code is wrong
+        check_type(name, str, "stash(name, value): name", "a str")
     if not _ACTIVE:
         return value
-    check_type(name, str, "stash(name, value): name", "a str")
     frame = sys._getframe(1)
     kind = cast(Kind, role or "named")
     for tracker in list(_ACTIVE):
@@ -601,6 +602,8 @@ class Recorder:
             [(0, 'loss')]
         """
         check_type(name, str, "log(name, value): name", "a str")
+        if not name:
+            raise ArgumentValueError("log(name, value): name must be a non-empty str, got ''")
         if isinstance(value, Tensor):
             if value.numel() != 1:
                 raise ArgumentValueError(
@@ -634,7 +637,8 @@ class Recorder:
         With `every=N`, hooks are attached only during every N-th step.
 
         Args:
-            n: the number of the next step (default: this one's plus 1).
+            n: the number of the next step (default: this one's plus 1); at least the
+                current step's (numbers only go forward).
             kind: the kind of the next step, e.g. `"long_sequence"`; with
                 `every={"default": 10, "long_sequence": 2}` each kind is recorded at its
                 own pace (every N-th step of that kind). `step_kinds` keeps the kinds.
@@ -650,8 +654,17 @@ class Recorder:
             [0, 1, 2]
         """
         if n is not None:
-            check_int(n, "step(n): n")
+            # Step numbers only go forward: the records are kept by runs of equal steps,
+            # and `keep_steps=`/`every=` count them in order.
+            check_count(n, "step(n): n", f"the next step's number, >= {self._step}", minimum=0)
+            if n < self._step:
+                raise ArgumentValueError(
+                    f"step(n): n must be >= the current step {self._step} (step numbers only "
+                    f"go forward), got {n}"
+                )
         check_type(kind, str, "step(kind=...)", "a str naming the kind of the next step")
+        if not kind:
+            raise ArgumentValueError('step(kind=...) must be a non-empty str, got ""')
         check_bool(keep, "step(keep=...)")
         self._check_nonfinite()  # forward-only loops have no end of backward
         if not keep:

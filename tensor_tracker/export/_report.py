@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._optional import require
-from .._validate import check_type
+from .._validate import check_path, check_type
 from ..data.graph import ModuleGraph
 from ..data.select import display_name, short_labels
 from ..errors import ArgumentTypeError
@@ -221,6 +221,8 @@ def report(
     Example:
         >>> tensor_tracker.report(t, "run.html")  # doctest: +SKIP
     """
-    path = Path(path)
+    path = Path(check_path(path, "report(recording, path): path", "an HTML file path"))
+    if title is not None:
+        check_type(title, str, "report(title=...)", "a str or None (the file name)")
     path.write_text(page(recording, graph, title or path.stem))
     return path
