@@ -19,12 +19,9 @@ from .core.columns import Columns
 from .core.dist import gather_objects
 from .core.records import StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
-from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
+from .core.tracker import Pattern, Recorder, check_module, compile_pattern
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
-from .data.ranks import Part, combined_frame, merge, merged_stats, part_of
-from .data.recording import RecordingWriter, _spec_of, read_recording
-from .data.summary import Summary, recorded_summary
 from .errors import (
     ArgumentValueError,
     NonFiniteError,
@@ -32,6 +29,9 @@ from .errors import (
     TensorTrackerError,
     TrackerStateError,
 )
+from .persist.ranks import Part, combined_frame, merge, merged_stats, part_of
+from .persist.recording import RecordingWriter, read_recording, spec_of
+from .probe.summary import Summary, recorded_summary
 from .stats import StatsFn, parse
 from .stats.store import StatsStore
 
@@ -229,7 +229,7 @@ class Tracker(Recorder):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write everything recorded (records, statistics, full copies, scalars and notes,
         module names and type names) to the directory `path`, in the documented format of
-        `tensor_tracker.data.recording` (Arrow streams, safetensors, JSON; no pickle).
+        `tensor_tracker.persist.recording` (Arrow streams, safetensors, JSON; no pickle).
         Read it back anywhere with `tensor_tracker.load(path)`. Needs the `[save]` extra
         (pyarrow, safetensors).
 
@@ -247,7 +247,7 @@ class Tracker(Recorder):
         check_path(path, "save(path)", "a directory path")
         self._sync()
         existed = Path(path).exists()
-        writer = RecordingWriter(path, _spec_of(self.stashes))
+        writer = RecordingWriter(path, spec_of(self.stashes))
         try:
             writer.write(self.stashes)
             writer.log(self.logged)
@@ -327,7 +327,7 @@ def _merged(
     """A tracker holding the records of `parts` (see `data.ranks.merge`), read with
     `stash_fn` when every rank recorded the same statistics, else with `merged_stats`'s
     layout (raising `error` when they cannot be merged)."""
-    specs = [p.spec if isinstance(p, Part) else _spec_of(p[1]) for p in parts]
+    specs = [p.spec if isinstance(p, Part) else spec_of(p[1]) for p in parts]
     union = merged_stats(specs, error)
     tracker = Tracker(stash_fn if union is None else get_stash_fn(union))
     tracker.row_ranks = merge(parts, tracker.stashes)
@@ -546,7 +546,7 @@ def track(
             `on_nonfinite=` without the statistics it reads.
         Nothing is attached to the model when an argument is rejected.
     """
-    _check_module(module)
+    check_module(module)
     check_bool(grad, "grad=")
     compile_pattern(include, "include")
     compile_pattern(exclude, "exclude")
@@ -593,7 +593,7 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
     check_path(path, "stream_to=", "a directory path")
     if tracker.rank is not None:  # each rank writes its own part of the run directory
         path = Path(path) / f"rank-{tracker.rank}"
-    writer = RecordingWriter(path, _spec_of(tracker.stashes))
+    writer = RecordingWriter(path, spec_of(tracker.stashes))
 
     def flush(block_ended: bool) -> None:
         tracker._sync()
