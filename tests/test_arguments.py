@@ -50,12 +50,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
     return Env(model, x, with_stats, copies, graph, path)
 
 
-def _stepped(n: int) -> tt.Tracker:
-    tracker = tt.Tracker()
-    tracker.step(n)
-    return tracker
-
-
 Call = Callable[[Env], Any]
 CASES: list[tuple[str, Call, type, str]] = [
     # track
@@ -110,7 +104,6 @@ CASES: list[tuple[str, Call, type, str]] = [
     ("log name", lambda e: tt.Tracker().log(3, 1.0), T, "name"),
     ("log empty name", lambda e: tt.Tracker().log("", 1.0), V, "name"),
     ("step empty kind", lambda e: tt.Tracker().step(kind=""), V, "kind"),
-    ("step backwards", lambda e: _stepped(3).step(2), V, "step("),
     ("log value", lambda e: tt.Tracker().log("loss", "high"), T, "value"),
     ("log tensor", lambda e: tt.Tracker().log("loss", torch.ones(3)), V, "value"),
     ("note text", lambda e: tt.Tracker().note(5), T, "text"),

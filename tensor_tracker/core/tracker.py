@@ -638,8 +638,7 @@ class Recorder:
         With `every=N`, hooks are attached only during every N-th step.
 
         Args:
-            n: the number of the next step (default: this one's plus 1); at least the
-                current step's (numbers only go forward).
+            n: the number of the next step (default: this one's plus 1), >= 0.
             kind: the kind of the next step, e.g. `"long_sequence"`; with
                 `every={"default": 10, "long_sequence": 2}` each kind is recorded at its
                 own pace (every N-th step of that kind). `step_kinds` keeps the kinds.
@@ -655,14 +654,8 @@ class Recorder:
             [0, 1, 2]
         """
         if n is not None:
-            # Step numbers only go forward: the records are kept by runs of equal steps,
-            # and `keep_steps=`/`every=` count them in order.
-            check_count(n, "step(n): n", f"the next step's number, >= {self._step}", minimum=0)
-            if n < self._step:
-                raise ArgumentValueError(
-                    f"step(n): n must be >= the current step {self._step} (step numbers only "
-                    f"go forward), got {n}"
-                )
+            # Readers take steps as >= 0: a step -1 would pass for real records.
+            check_count(n, "step(n): n", "the next step's number", minimum=0)
         check_type(kind, str, "step(kind=...)", "a str naming the kind of the next step")
         if not kind:
             raise ArgumentValueError('step(kind=...) must be a non-empty str, got ""')
