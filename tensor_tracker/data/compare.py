@@ -23,7 +23,15 @@ from .frame import holds_copies, recording_frame
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["ALIGNMENT", "Comparison", "Divergence", "Unmatched", "compare"]
+__all__ = [
+    "ALIGNMENT",
+    "Comparison",
+    "Divergence",
+    "Names",
+    "Unmatched",
+    "check_options",
+    "compare",
+]
 
 ALIGNMENT = ("name", "kind", "attr", "grad", "call", "step")
 """The columns two records are aligned by (the first columns of `Comparison.to_frame`)."""
@@ -121,14 +129,14 @@ class _Row:
     tensors: tuple[list[Tensor], list[Tensor]] | None = None
 
 
-def _mapping(names: Names) -> Callable[[str], str]:
+def _mapping(names: Names, caller: str) -> Callable[[str], str]:
     if names is None:
         return lambda n: n
     if isinstance(names, Mapping):
         for k, v in names.items():
             if not isinstance(k, str) or not isinstance(v, str):
                 raise ArgumentTypeError(
-                    f"compare(names=...): a dict maps module names in a to names in b "
+                    f"{caller}(names=...): a dict maps module names in a to names in b "
                     f"(str to str), got {k!r}: {v!r}"
                 )
         table = dict(names)
@@ -139,14 +147,14 @@ def _mapping(names: Names) -> Callable[[str], str]:
             out = names(n)
             if not isinstance(out, str):
                 raise ArgumentTypeError(
-                    f"compare(names=...): the function must return the module's name in b "
+                    f"{caller}(names=...): the function must return the module's name in b "
                     f"(a str), got {out!r} for {n!r}"
                 )
             return out
 
         return call
     raise ArgumentTypeError(
-        f"compare(names=...) must be a dict (name in a -> name in b), a function or None, "
+        f"{caller}(names=...) must be a dict (name in a -> name in b), a function or None, "
         f"got {type(names).__name__}"
     )
 
@@ -507,6 +515,13 @@ def _check_tolerance(value: Any, argument: str) -> float:
     return float(value)
 
 
+def check_options(names: Names, rtol: Any, atol: Any, caller: str) -> Callable[[str], str]:
+    """Check `names=`, `rtol=` and `atol=` of `caller`; the renaming function."""
+    _check_tolerance(rtol, f"{caller}(rtol=...)")
+    _check_tolerance(atol, f"{caller}(atol=...)")
+    return _mapping(names, caller)
+
+
 def compare(
     a: Any,
     b: Any,
@@ -555,9 +570,7 @@ def compare(
         >>> cmp = tensor_tracker.compare(a, b)
         >>> cmp.first_divergence(rtol=1e-2)          # doctest: +SKIP
     """
-    rename = _mapping(names)
-    rtol = _check_tolerance(rtol, "compare(rtol=...)")
-    atol = _check_tolerance(atol, "compare(atol=...)")
+    rename = check_options(names, rtol, atol, "compare")
     frame_a, stashes_a = recording_frame(a, "compare(a, b)")
     frame_b, stashes_b = recording_frame(b, "compare(a, b)")
     list_a, list_b = list(stashes_a), list(stashes_b)
@@ -631,4 +644,4 @@ def compare(
             unmatched.append(
                 Unmatched("b", s.name, s.kind, s.attr, bool(s.grad), s.call, s.step, j)
             )
-    return Comparison(a, b, rows, unmatched, copies, stats, rtol, atol)
+    return Comparison(a, b, rows, unmatched, copies, stats, float(rtol), float(atol))
