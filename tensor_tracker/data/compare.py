@@ -18,7 +18,7 @@ from ..core.structure import iter_leaves
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import NAMES
 from .differences import Differences, close, differences
-from .frame import holds_copies, recording_frame
+from .frame import holds_copies, recording_frame, to_frame, type_name
 
 if TYPE_CHECKING:
     import pandas
@@ -193,11 +193,13 @@ def _stat_columns(frame: pandas.DataFrame) -> list[str]:
     return [c for c in frame.columns if c in NAMES and c != "numel"]
 
 
-def _frame_with(recording: Any, frame: pandas.DataFrame, stats: list[str]) -> pandas.DataFrame:
-    """`frame` with the statistics `stats` computed from the copies of `recording`."""
+def _frame_with(
+    stashes: list[Stash], frame: pandas.DataFrame, stats: list[str]
+) -> pandas.DataFrame:
+    """`frame` with the statistics `stats` computed from the copies in `stashes`."""
     frame = frame.copy()
     for stat in stats:
-        frame[stat] = recording.to_frame(stat=stat, stat_name=stat)[stat]
+        frame[stat] = to_frame(stashes, stat=stat, stat_name=stat)[stat]
     return frame
 
 
@@ -255,6 +257,7 @@ class Comparison:
         self.copies = copies
         self._stats = stats
         self.rtol, self.atol = rtol, atol
+        self._excess_rtol = rtol  # the rtol of each `Differences.excess`
         self._status = [self._classify(r, rtol, atol) for r in rows]
 
     def __len__(self) -> int:
@@ -274,6 +277,8 @@ class Comparison:
             assert row.diff is not None and row.tensors is not None
             if row.diff.equal:
                 return "equal"
+            if rtol == self._excess_rtol:  # measured when the pair was compared
+                return "within" if row.diff.excess <= atol else "beyond"
             return "within" if close(*row.tensors, rtol=rtol, atol=atol) else "beyond"
         if all(
             row.stats_a[k] == row.stats_b[k]
@@ -515,6 +520,44 @@ def _check_tolerance(value: Any, argument: str) -> float:
     return float(value)
 
 
+def _stashes(recording: Any) -> list[Stash]:
+    """The records of a tracker (live or loaded) or a list of `Stash`."""
+    if isinstance(recording, Sequence) and all(isinstance(s, Stash) for s in recording):
+        return list(recording)
+    if callable(getattr(recording, "to_frame", None)) and hasattr(recording, "stashes"):
+        return list(recording)
+    raise ArgumentTypeError(
+        f"compare(a, b): pass two Trackers (live or loaded with tensor_tracker.load) or "
+        f"lists of Stash, got {type(recording).__name__}"
+    )
+
+
+_COPY_STATS = ("mean", "std", "rms", "abs_max", "min", "max")
+
+
+def _statistics(
+    a: Any, b: Any, list_a: list[Stash], list_b: list[Stash]
+) -> tuple[list[str], Any, Any]:
+    """The statistics recorded on both sides (those of a side holding copies computed from
+    them), and each side's values of them (numpy, a row per record)."""
+    frame_a, _ = recording_frame(a if hasattr(a, "to_frame") else list_a, "compare(a, b)")
+    frame_b, _ = recording_frame(b if hasattr(b, "to_frame") else list_b, "compare(a, b)")
+    sa, sb = _stat_columns(frame_a), _stat_columns(frame_b)
+    if holds_copies(list_a):
+        sa = [s for s in sb if s in _COPY_STATS]
+        frame_a = _frame_with(list_a, frame_a, sa)
+    if holds_copies(list_b):
+        sb = [s for s in sa if s in _COPY_STATS]
+        frame_b = _frame_with(list_b, frame_b, sb)
+    stats = [s for s in sa if s in sb]
+    if not stats:
+        raise ArgumentValueError(
+            "compare(a, b): the two recordings have no statistic in common; record both "
+            "with the same stats= (or both with full copies)"
+        )
+    return stats, frame_a[stats].to_numpy(dtype=float), frame_b[stats].to_numpy(dtype=float)
+
+
 def check_options(names: Names, rtol: Any, atol: Any, caller: str) -> Callable[[str], str]:
     """Check `names=`, `rtol=` and `atol=` of `caller`; the renaming function."""
     _check_tolerance(rtol, f"{caller}(rtol=...)")
@@ -571,33 +614,16 @@ def compare(
         >>> cmp.first_divergence(rtol=1e-2)          # doctest: +SKIP
     """
     rename = check_options(names, rtol, atol, "compare")
-    frame_a, stashes_a = recording_frame(a, "compare(a, b)")
-    frame_b, stashes_b = recording_frame(b, "compare(a, b)")
-    list_a, list_b = list(stashes_a), list(stashes_b)
+    list_a, list_b = _stashes(a), _stashes(b)
     copies = holds_copies(list_a) and holds_copies(list_b)
     stats: list[str] = []
+    values_a = values_b = None
     if not copies:
-        sa, sb = _stat_columns(frame_a), _stat_columns(frame_b)
-        copies_a, copies_b = holds_copies(list_a), holds_copies(list_b)
-        if copies_a:
-            sa = [s for s in sb if s in ("mean", "std", "rms", "abs_max", "min", "max")]
-            frame_a = _frame_with(a, frame_a, sa)
-        if copies_b:
-            sb = [s for s in sa if s in ("mean", "std", "rms", "abs_max", "min", "max")]
-            frame_b = _frame_with(b, frame_b, sb)
-        stats = [s for s in sa if s in sb]
-        if not stats:
-            raise ArgumentValueError(
-                "compare(a, b): the two recordings have no statistic in common; record both "
-                "with the same stats= (or full copies)"
-            )
+        stats, values_a, values_b = _statistics(a, b, list_a, list_b)
     index_b = {k: i for i, k in enumerate(_keys(list_b, lambda n: n))}
     matched_b: set[int] = set()
     rows: list[_Row] = []
     unmatched: list[Unmatched] = []
-    type_a = frame_a["type"].tolist() if len(frame_a) else []
-    values_a = frame_a[stats].to_numpy(dtype=float) if stats else None
-    values_b = frame_b[stats].to_numpy(dtype=float) if stats else None
     for i, key in enumerate(_keys(list_a, rename)):
         s = list_a[i]
         j = index_b.get(key)
@@ -611,7 +637,7 @@ def compare(
         row = _Row(
             key=(s.name, s.kind, s.attr, bool(s.grad), int(s.call), int(s.step)),
             name_b=key[0],
-            type=type_a[i],
+            type=type_name(s.type),
             row_a=i,
             row_b=j,
             reason="values",
@@ -633,7 +659,7 @@ def compare(
                 ta = [x for x in leaves_a if x is not None]
                 tb = [y for y in leaves_b if y is not None]
                 row.tensors = (ta, tb)
-                row.diff = differences(ta, tb)
+                row.diff = differences(ta, tb, rtol)
         else:
             assert values_a is not None and values_b is not None
             row.stats_a = dict(zip(stats, values_a[i].tolist(), strict=True))

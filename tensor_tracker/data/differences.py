@@ -34,6 +34,8 @@ class Differences:
             dtypes (both rounded to it first); NaN for non-float tensors.
         numel: how many elements were compared.
         rms_a, rms_b: the root mean square of each side (the scale of the values).
+        excess: the largest |a - b| - rtol * |b| for the `rtol` given to `differences`:
+            the pair is within `atol + rtol * |b|` everywhere exactly when `excess <= atol`.
 
     A NaN or infinity at the same place in both counts as no error there; anywhere else
     the errors are NaN (or infinite), as the arithmetic gives.
@@ -47,6 +49,7 @@ class Differences:
     numel: int
     rms_a: float
     rms_b: float
+    excess: float
 
 
 def coarser_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
@@ -72,10 +75,10 @@ def ordered_bits(x: Tensor) -> Tensor:
         >>> ordered_bits(torch.tensor([-1.0, -0.0, 0.0, 1.0], dtype=torch.bfloat16)).tolist()
         [-16256, 0, 0, 16256]
     """
-    bits = x.contiguous().view(_INT_OF_SIZE[x.element_size()]).to(torch.int64)
-    width = 8 * x.element_size()
-    magnitude = bits & ((1 << (width - 1)) - 1)
-    return torch.where(bits < 0, -magnitude, magnitude)
+    # In the float's own width: -magnitude always fits, one conversion to int64 at the end.
+    bits = x.contiguous().view(_INT_OF_SIZE[x.element_size()])
+    magnitude = bits & ((1 << (8 * x.element_size() - 1)) - 1)
+    return torch.where(bits < 0, -magnitude, magnitude).to(torch.int64)
 
 
 def ulp_distance(a: Tensor, b: Tensor, dtype: torch.dtype | None = None) -> Tensor:
@@ -91,6 +94,8 @@ def ulp_distance(a: Tensor, b: Tensor, dtype: torch.dtype | None = None) -> Tens
     """
     dtype = dtype or coarser_dtype(a.dtype, b.dtype)
     ka, kb = ordered_bits(a.to(dtype)), ordered_bits(b.to(dtype))
+    if dtype.itemsize < 8:  # keys of at most 32 bits: their difference fits in int64
+        return (ka - kb).abs()
     same_sign = (ka >= 0) == (kb >= 0)
     # Same sign: |ka - kb| < 2**63. Opposite signs: |ka| + |kb|, which may not fit.
     apart_a, apart_b = ka.abs(), kb.abs()
@@ -132,46 +137,102 @@ def close(a: Sequence[Tensor], b: Sequence[Tensor], rtol: float, atol: float) ->
     return True
 
 
-def differences(a: Sequence[Tensor], b: Sequence[Tensor]) -> Differences:
+def _sums(xd: Tensor, yd: Tensor, rtol: float) -> tuple[float, float, float, float, float, float]:
+    """Over the elements of two float64 tensors: max |a - b|, ||a - b||^2, ||a||^2,
+    ||b||^2, a . b, and max(|a - b| - rtol |b|) (read by the tolerance test). A NaN or
+    infinity at the same place in both counts as no error there and is left out of the
+    sums; anywhere else the arithmetic's NaN or infinity propagates."""
+    x, y = xd.reshape(-1), yd.reshape(-1)
+    delta = x - y
+    gap = delta.abs()
+    fast = (
+        float(gap.max()),
+        float(torch.dot(delta, delta)),
+        float(torch.dot(x, x)),
+        float(torch.dot(y, y)),
+        float(torch.dot(x, y)),
+        float((gap - rtol * y.abs()).max()),
+    )
+    if all(math.isfinite(v) for v in fast):  # then no element was NaN or infinite
+        return fast
+    same = (xd == yd) | (xd.isnan() & yd.isnan())
+    delta = torch.where(same, torch.zeros_like(xd), xd - yd)
+    gap = delta.abs()
+    finite = ~same | (xd.isfinite() & yd.isfinite())
+    xf, yf = torch.where(finite, xd, 0.0), torch.where(finite, yd, 0.0)
+    excess_t = torch.where(same, torch.full_like(gap, -math.inf), gap - rtol * yd.abs())
+    return (
+        float(gap.max()),
+        float(delta.square().sum()),
+        float(xf.square().sum()),
+        float(yf.square().sum()),
+        float((xf * yf).sum()),
+        float(excess_t.max()),
+    )
+
+
+def _nan_max(a: float, b: float) -> float:
+    """max(a, b), NaN if either is (Python's max() drops a NaN in second place)."""
+    return a if math.isnan(a) or a > b else b
+
+
+def _max_ulp(x: Tensor, y: Tensor, finite: bool) -> float:
+    """The largest `ulp_distance` of two float tensors (`finite`: known to hold no NaN);
+    NaN at the same places in both is no distance, a NaN in one only makes it undefined
+    (NaN)."""
+    if finite:
+        return float(int(ulp_distance(x, y).max()))
+    nan_x, nan_y = x.isnan(), y.isnan()
+    if bool((nan_x != nan_y).any()):
+        return math.nan
+    ulps = ulp_distance(x, y)
+    if bool(nan_x.any()):
+        ulps = torch.where(nan_x, torch.zeros_like(ulps), ulps)
+    return float(int(ulps.max()))
+
+
+def differences(a: Sequence[Tensor], b: Sequence[Tensor], rtol: float = 0.0) -> Differences:
     """The `Differences` of two lists of tensors taken together, pairwise (same length,
-    same shapes; the dtypes may differ).
+    same shapes; the dtypes may differ). `rtol`: the relative tolerance of `excess`.
 
     Example:
         >>> d = differences([torch.tensor([1.0, 2.0])], [torch.tensor([1.0, 2.5])])
         >>> d.equal, d.max_abs_error, d.max_ulp
         (False, 0.5, 2097152.0)
     """
-    equal = all(_bits_equal(x, y) for x, y in zip(a, b, strict=True))
-    max_abs, max_ulp = 0.0, 0.0
+    pairs = [(x.detach(), y.detach()) for x, y in zip(a, b, strict=True)]
+    equal = all(_bits_equal(x, y) for x, y in pairs)
+    numel = sum(x.numel() for x, _ in pairs)
+    if equal:  # nothing to subtract: only the scale is left to measure
+        norm2 = sum(float(_as_float64(x).square().sum()) for x, _ in pairs if x.numel())
+        rms = math.sqrt(norm2 / numel) if numel else math.nan
+        finite = not math.isnan(rms)
+        floats = all(x.is_floating_point() for x, _ in pairs)
+        return Differences(
+            equal=True,
+            max_abs_error=0.0,
+            rel_rms_error=0.0,
+            cosine=1.0 if finite else math.nan,
+            max_ulp=0.0 if floats else math.nan,
+            numel=numel,
+            rms_a=rms,
+            rms_b=rms,
+            excess=-math.inf,
+        )
+    max_abs, max_ulp, excess = 0.0, 0.0, -math.inf
     diff2 = norm_a2 = norm_b2 = dot = 0.0
-    numel = 0
     floats = True
-    for x, y in zip(a, b, strict=True):
-        numel += x.numel()
+    for x, y in pairs:
+        floats = floats and x.is_floating_point() and y.is_floating_point()
         if x.numel() == 0:
             continue
-        xd, yd = _as_float64(x), _as_float64(y)
-        same = (xd == yd) | (xd.isnan() & yd.isnan())
-        delta = torch.where(same, torch.zeros_like(xd), xd - yd)
-        max_abs = max(max_abs, float(delta.abs().max()))  # NaN propagates
-        # Where both hold the same non-finite value it counts as no error: leave it out.
-        finite = ~same | (xd.isfinite() & yd.isfinite())
-        xf, yf = torch.where(finite, xd, 0.0), torch.where(finite, yd, 0.0)
-        diff2 += float(delta.square().sum())
-        norm_a2 += float(xf.square().sum())
-        norm_b2 += float(yf.square().sum())
-        dot += float((xf * yf).sum())
-        if x.is_floating_point() and y.is_floating_point():
-            ulps = ulp_distance(x, y)
-            # NaN at the same place in both: no distance; a NaN in one only: undefined.
-            nan_a, nan_b = x.isnan(), y.isnan()
-            if bool((nan_a != nan_b).any()):
-                max_ulp = math.nan
-            elif not math.isnan(max_ulp):
-                ulps = torch.where(nan_a, torch.zeros_like(ulps), ulps)
-                max_ulp = max(max_ulp, float(int(ulps.max())))
-        else:
-            floats = False
+        sums = gap, d2, a2, b2, ab, over = _sums(_as_float64(x), _as_float64(y), rtol)
+        max_abs = _nan_max(gap, max_abs)
+        excess = _nan_max(over, excess)
+        diff2, norm_a2, norm_b2, dot = diff2 + d2, norm_a2 + a2, norm_b2 + b2, dot + ab
+        if floats:
+            finite = all(math.isfinite(v) for v in sums)
+            max_ulp = _nan_max(_max_ulp(x, y, finite), max_ulp)
     if not floats:
         max_ulp = math.nan
     # ||a|| = 0: no relative size to measure against; any difference is infinitely large.
@@ -184,4 +245,4 @@ def differences(a: Sequence[Tensor], b: Sequence[Tensor]) -> Differences:
         rel = cosine = math.nan
     rms_a = math.sqrt(norm_a2 / numel) if numel else math.nan
     rms_b = math.sqrt(norm_b2 / numel) if numel else math.nan
-    return Differences(equal, max_abs, rel, cosine, max_ulp, numel, rms_a, rms_b)
+    return Differences(equal, max_abs, rel, cosine, max_ulp, numel, rms_a, rms_b, excess)
