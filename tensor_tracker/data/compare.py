@@ -436,7 +436,8 @@ class Comparison:
         frame = self.to_frame()
         key = frame[self.error_column].fillna(math.inf)
         order = key.sort_values(ascending=False, kind="stable").index[:n]
-        return frame.loc[order]
+        worst: pandas.DataFrame = frame.loc[order]
+        return worst
 
     def _lines(self) -> list[str]:
         c = self.counts()
@@ -455,7 +456,7 @@ class Comparison:
     def _worst_rows(self) -> list[tuple[str, ...]]:
         frame = self.worst()
         column = self.error_column
-        rows = []
+        rows: list[tuple[str, ...]] = []
         for _, r in frame.iterrows():
             if r["status"] == "equal":
                 continue

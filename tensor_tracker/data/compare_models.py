@@ -129,7 +129,7 @@ def _run(
                     f"call backward() on), got {type(loss).__name__}"
                     + (f" of shape {tuple(loss.shape)}" if isinstance(loss, Tensor) else "")
                 )
-            loss.backward()
+            torch.autograd.backward(loss)
 
 
 def record_pair(

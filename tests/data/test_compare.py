@@ -153,8 +153,9 @@ def test_training_runs_with_different_learning_rates_first_differ_at_step_1(
 ) -> None:
     a, b = _train(0.1), _train(0.2)
     cmp = tensor_tracker.compare(a, b)
-    forward, backward = cmp.first_divergence(rtol=0, atol=0), cmp.first_divergence(
-        rtol=0, atol=0, grad=True
+    forward, backward = (
+        cmp.first_divergence(rtol=0, atol=0),
+        cmp.first_divergence(rtol=0, atol=0, grad=True),
     )
     assert forward is not None and (forward.step, forward.name) == (1, "0")
     assert backward is not None and backward.step == 1
@@ -166,7 +167,9 @@ def test_training_runs_with_different_learning_rates_first_differ_at_step_1(
     assert "rms_rel_error" in stats.to_frame().columns
     a.save(tmp_path / "a")
     b.save(tmp_path / "b")
-    loaded = tensor_tracker.compare(tensor_tracker.load(tmp_path / "a"), tensor_tracker.load(tmp_path / "b"))
+    loaded = tensor_tracker.compare(
+        tensor_tracker.load(tmp_path / "a"), tensor_tracker.load(tmp_path / "b")
+    )
     again = loaded.first_divergence(rtol=0, atol=0)
     assert again is not None and (again.step, again.name) == (1, "0")
 

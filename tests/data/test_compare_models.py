@@ -41,9 +41,7 @@ class _Block(nn.Module):
 
 def _net(dropout: float = 0.5) -> nn.Sequential:
     torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Linear(4, 8), nn.Dropout(dropout), _Block(), _Block(), nn.Linear(8, 2)
-    )
+    return nn.Sequential(nn.Linear(4, 8), nn.Dropout(dropout), _Block(), _Block(), nn.Linear(8, 2))
 
 
 X = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
@@ -90,7 +88,15 @@ def test_a_backward_that_differs_inside_one_block() -> None:
     assert first is not None and (first.name, first.grad) == ("2.lin", True)
     frame = cmp.to_frame()
     grads = frame[frame["grad"]]
-    assert list(grads.loc[: first.row - 1, "name"]) == ["", "4", "3", "3.act", "3.lin", "2", "2.act"]
+    assert list(grads.loc[: first.row - 1, "name"]) == [
+        "",
+        "4",
+        "3",
+        "3.act",
+        "3.lin",
+        "2",
+        "2.act",
+    ]
     assert grads.loc[: first.row - 1, "equal"].all()
 
 

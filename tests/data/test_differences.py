@@ -38,7 +38,9 @@ def test_ulp_distance_in_bfloat16() -> None:
 def test_ulp_distance_in_float16() -> None:
     # fp16 keeps 10 mantissa bits; 65504 is its largest finite value, 2**-24 its smallest
     # subnormal; from 2048 on a step is 2.
-    assert _ulp([1.0, 65504.0, 0.0, 2048.0], [1.0 + 2**-10, math.inf, 2**-24, 2052.0], FP16, FP16) == [
+    assert _ulp(
+        [1.0, 65504.0, 0.0, 2048.0], [1.0 + 2**-10, math.inf, 2**-24, 2052.0], FP16, FP16
+    ) == [
         1,
         1,
         1,
