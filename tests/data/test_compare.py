@@ -75,7 +75,8 @@ def test_renamed_modules_align_through_names() -> None:
     a = _record(_net(), x)
     renamed = nn.Sequential(
         OrderedDict(
-            (new, module) for new, module in zip(("inp", "act1", "mid", "act2", "out"), _net())
+            (new, module)
+            for new, module in zip(("inp", "act1", "mid", "act2", "out"), _net(), strict=True)
         )
     )
     b = _record(renamed, x)

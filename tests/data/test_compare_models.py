@@ -58,7 +58,7 @@ def test_identical_twins_with_dropout_are_bitwise_equal_everywhere() -> None:
     assert len(frame) == 2 * 10 and cmp.unmatched == []
     assert frame["equal"].all()
     # Dropout was on and drew a mask: some of its outputs are zeroed.
-    dropped = [s for s in cmp.a if s.name == "1" and not s.grad][0].value
+    dropped = next(s for s in cmp.a if s.name == "1" and not s.grad).value
     assert 0 < int((dropped == 0).sum()) < dropped.numel()
 
 
