@@ -64,8 +64,12 @@ def compare(
         ValueError: no record of this `kind` and `step`, or an unknown `error` column.
 
     Example:
-        >>> cmp = tensor_tracker.compare_models(model, model_bf16, x, loss_fn=loss_fn)
+        >>> import copy
+        >>> bf16 = copy.deepcopy(model).bfloat16()
+        >>> cmp = tensor_tracker.compare_models(model, bf16, x, loss_fn=loss_fn)
         >>> fig = tensor_tracker.plot.compare(cmp)
+        >>> [ax.get_gid() for ax in fig.axes][:2]
+        ['forward', 'gradient']
         >>> fig.savefig("compare.png")                     # doctest: +SKIP
     """
     check_type(cmp, Comparison, "plot.compare(cmp)", "a tensor_tracker.Comparison")
