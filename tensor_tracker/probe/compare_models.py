@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from .._validate import check_callable, check_count, check_type
 from ..core.structure import rmap_tensor
-from ..core.tracker import Recorder, _check_module
+from ..core.tracker import Recorder, check_module
 from ..errors import ArgumentTypeError, MemoryBudgetError
 
 __all__ = ["DEFAULT_MAX_BYTES", "record_pair"]
@@ -151,8 +151,8 @@ def record_pair(
         MemoryBudgetError: the copies of both runs would exceed `max_bytes` (the models and
             the random state are put back first).
     """
-    _check_module(model_a, "compare_models(model_a)")
-    _check_module(model_b, "compare_models(model_b)")
+    check_module(model_a, "compare_models(model_a)")
+    check_module(model_b, "compare_models(model_b)")
     if loss_fn is not None:
         check_callable(loss_fn, "compare_models(loss_fn=...)", "model output -> scalar loss")
     if kwargs is not None:
