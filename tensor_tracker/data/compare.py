@@ -407,8 +407,9 @@ class Comparison:
 
         Args:
             rtol, atol: the tolerance (default: the comparison's, `torch.allclose`'s
-                1e-5 and 1e-8 unless given to `compare`); `rtol=0, atol=0` finds the first
-                record that is not bitwise equal... up to -0.0 == 0.0 and NaN == NaN.
+                1e-5 and 1e-8 unless given to `compare`); `rtol=0, atol=0`: the first
+                record whose values differ (-0.0 and 0.0 count as equal, as do NaNs at the
+                same places).
             grad: look at gradients instead of forward values.
 
         Example:
