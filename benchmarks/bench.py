@@ -524,6 +524,63 @@ def training_run(
         )
 
 
+def streaming_cost(pairs: int) -> None:
+    """Issue #26: what writing each step to disk (`stream_to=`, every step recorded) costs
+    against the d_model 256 `stats=True` step it records: the time spent in the write
+    (`step()`'s flush: encode, checksum, write, flush, commit the step marker), measured
+    directly around it, as a fraction of the tracked step (forward, backward and the
+    write), and the streamed step against an in-memory tracker's in adjacent pairs."""
+    memory_model = make_model(256, 4)
+    stream_model = copy.deepcopy(memory_model)
+    x = torch.randn(4, 64, 256)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "run")
+        with (
+            tensor_tracker.track(memory_model, stats=True) as in_memory,
+            tensor_tracker.track(stream_model, stats=True, stream_to=path) as streamed,
+        ):
+            flush = streamed._flush
+            assert flush is not None
+            spent: list[float] = []
+
+            def timed_flush(block_ended: bool) -> None:
+                start = time.perf_counter()
+                flush(block_ended)
+                spent.append(time.perf_counter() - start)
+
+            streamed._flush = timed_flush
+            steps: list[float] = []
+
+            def memory_step() -> None:
+                train_step(memory_model, x)
+                in_memory.step()
+                in_memory.clear()
+
+            def stream_step() -> None:
+                start = time.perf_counter()
+                train_step(stream_model, x)
+                streamed.step()
+                steps.append(time.perf_counter() - start)
+
+            ratios = paired_ratios(memory_step, stream_step, pairs)
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    write = statistics.median(spent[1 : pairs + 1])
+    step = statistics.median(steps[1:])
+    print(
+        "\n## Streaming to disk: d_model=256, 4 layers, batch 4 x seq 64, stats=True, every "
+        f"step written; median over {pairs} steps\n"
+    )
+    print(
+        f"- write per step (step()'s flush): {1e3 * write:.2f} ms = {100 * write / step:.2f}% "
+        f"of the streamed step ({1e3 * step:.1f} ms); {size / (pairs + 1) / 1e3:.1f} kB on "
+        f"disk per step"
+    )
+    print(
+        f"- streamed step / in-memory stats=True step: {statistics.median(ratios):.3f}x "
+        "(adjacent pairs)"
+    )
+
+
 def recording_size(steps: int) -> None:
     """Issue #14: a statistics recording of `steps` steps of a 101-module model (50 x
     Linear+ReLU, `stats=True`, outputs and gradients), streamed to disk: its size and the
@@ -806,6 +863,7 @@ def main() -> None:
             "summary",
             "training",
             "recording",
+            "streaming",
             "graph",
             "figures",
             "compile",
@@ -844,6 +902,8 @@ def main() -> None:
             training_run(200, stats.histogram(sample_n=4096))
     if part in ("all", "recording"):
         recording_size(50 if args.quick else 1000)
+    if part in ("all", "streaming"):
+        streaming_cost(5 if args.quick else args.pairs)
     if part in ("all", "graph") and not args.quick:
         graph_cost()
     if part in ("all", "figures"):
