@@ -81,32 +81,26 @@ import dataclasses
 import errno
 import importlib.metadata
 import json
-import math
 import os
 import re
 import shutil
 import socket
-import sys
 import uuid
 import warnings
 import weakref
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
-from torch.utils._pytree import SUPPORTED_NODES
+from torch import Tensor
 
 from .._optional import require
 from ..core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, TUPLE, Columns, Site
-from ..core.records import LogEntry, Stash, Unrecorded
-from ..core.stash_fns import _IMMUTABLE
-from ..core.structure import _walks_attributes
-from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
-from ..stats import Histogram, Stats, StatsFn
-from ..stats.spec import CustomName, Statistic
+from ..core.records import LogEntry, Stash
+from ..errors import ArgumentValueError, RecordingError
+from ..stats import StatsFn
 from ..stats.store import StatsStore
 from .frame import type_name
 from .integrity import (
@@ -118,191 +112,44 @@ from .integrity import (
     pack,
     read_commits,
     read_inside,
-    unpack,
     writer_alive,
 )
+from .recording_codec import (
+    JOURNAL,
+    LOG,
+    META,
+    RECORDS,
+    SITES,
+    TENSORS,
+    Encoder,
+    canonical,
+    module_class,
+    schemas,
+    spec_from_json,
+    spec_to_json,
+)
+from .recording_reader import CommitReader, commit_blocks
 
 __all__ = [
     "FORMAT",
     "VERSION",
     "Recording",
     "RecordingWriter",
+    "module_class",
     "read_recording",
 ]
 
 FORMAT = "tensor_tracker.recording"
 VERSION = 2
-_META = "recording.json"
-_JOURNAL = "journal"
-_SITES = "sites.blocks"
-_RECORDS = "records.blocks"
-_LOG = "log.blocks"
-_TENSORS = "tensors"
-_RUN_KEY = b"tensor_tracker.run"
-_MAX_BINS = 1 << 20  # histogram bins a recording may declare (8 MiB per raw vector)
 _MAX_META = 1 << 20  # bytes of recording.json
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# The names `tensor_tracker.data.ranks` imports.
+_spec_from_json = spec_from_json
+_spec_to_json = spec_to_json
 
 
 def _require_arrow() -> Any:
     return require("pyarrow", "save")
-
-
-# -- the statistics spec as JSON ---------------------------------------------------------
-
-
-def _spec_to_json(spec: Sequence[str | Histogram | CustomName]) -> list[Any]:
-    out: list[Any] = []
-    for item in spec:
-        if isinstance(item, str):
-            out.append(item)
-        elif isinstance(item, CustomName):
-            out.append({"custom": item.name})
-        else:
-            out.append({"histogram": dataclasses.asdict(item)})
-    return out
-
-
-def _spec_from_json(items: Any) -> StatsFn:
-    """The `StatsFn` of a spec read from JSON (checked: a `RecordingError` says what is
-    wrong, before anything is sized by it)."""
-    if not isinstance(items, list) or not items:
-        raise RecordingError(f"the statistics spec is not a list of statistics: {items!r}"[:200])
-    spec: list[Any] = []
-    try:
-        for item in items:
-            if isinstance(item, str):
-                spec.append(item)
-            elif isinstance(item, dict) and isinstance(item.get("custom"), str):
-                spec.append(Statistic(item["custom"], _not_recomputable))
-            elif isinstance(item, dict) and isinstance(item.get("histogram"), dict):
-                fields = dict(item["histogram"])
-                bins = fields.get("bins")
-                if not isinstance(bins, int) or not 0 < bins <= _MAX_BINS:
-                    raise RecordingError(f"a histogram of {bins!r} bins (at most {_MAX_BINS})")
-                if not isinstance(fields.get("range"), (list, tuple)):
-                    raise RecordingError(f"a histogram range of {fields.get('range')!r}")
-                fields["range"] = tuple(fields["range"])
-                spec.append(Histogram(**fields))
-            else:
-                raise RecordingError(f"an unknown statistic {item!r}"[:200])
-        return StatsFn(spec)
-    except RecordingError as error:
-        raise RecordingError(f"the statistics spec holds {error}") from None
-    except (TensorTrackerError, TypeError, ValueError) as error:
-        raise RecordingError(f"the statistics spec cannot be used: {error}"[:300]) from None
-
-
-def _not_recomputable(tensor: Tensor) -> Tensor:
-    raise TensorTrackerError(
-        "a custom statistic of a loaded recording has no function to compute it again"
-    )
-
-
-# -- values as JSON (tensors in a side table) --------------------------------------------
-
-
-class _Encoder:
-    """Turns one batch's object values into JSON text, collecting tensors by key."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.tensors: dict[str, Tensor] = {}
-
-    def encode(self, value: Any, where: str) -> str:
-        return json.dumps(self._plain(value, where), allow_nan=True, separators=(",", ":"))
-
-    def _plain(self, value: Any, where: str) -> Any:
-        if value is None or isinstance(value, (bool, int, str)):
-            return value
-        if isinstance(value, float):
-            return value
-        if isinstance(value, Tensor):
-            key = f"{self.prefix}{len(self.tensors)}"
-            # safetensors needs dense, contiguous CPU tensors that own their memory.
-            self.tensors[key] = value.detach().to("cpu", copy=True).contiguous()
-            return {"$tensor": key}
-        if isinstance(value, Stats):
-            return {"$stats": value._host_values(), "numel": value.numel}
-        if isinstance(value, Unrecorded):
-            return {"$unrecorded": [value.type, value.reason]}
-        # The plain values a stash keeps (see `Unrecorded`): torch's own types by name,
-        # the others as their repr (loaded as that text; nothing is evaluated).
-        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-            return {"$torch": str(value)}
-        if isinstance(value, torch.device):
-            return {"$device": str(value)}
-        numpy = sys.modules.get("numpy")
-        plain = _IMMUTABLE if numpy is None else (*_IMMUTABLE, numpy.generic, numpy.ndarray)
-        if isinstance(value, plain) and not isinstance(value, (tuple, list)):
-            return {"$repr": repr(value)}
-        if isinstance(value, tuple):  # namedtuples too: first_value unwraps them alike
-            return {"$tuple": [self._plain(v, where) for v in value]}
-        if isinstance(value, list):
-            return [self._plain(v, where) for v in value]
-        # The other containers the tracker walks (see `rmap_tensor`), stored as the dict
-        # or list they hold: mappings, dataclasses, Hugging Face caches, pytree nodes.
-        items: Any = None
-        if isinstance(value, Mapping):
-            items = list(value.items())
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            items = [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
-        elif _walks_attributes(value):
-            items = list(vars(value).items())
-        elif type(value) in SUPPORTED_NODES:
-            children = SUPPORTED_NODES[type(value)].flatten_fn(value)[0]
-            return [self._plain(v, where) for v in children]
-        if items is not None:
-            return {"$dict": [[self._plain(k, where), self._plain(v, where)] for k, v in items]}
-        raise ArgumentValueError(
-            f"save: {where} holds a {type(value).__module__}.{type(value).__qualname__}, which "
-            "cannot be saved without pickle; recordings hold tensors, statistics, numbers, "
-            "strings, None, and tuples/lists/dicts of them (make stash_value= return those)"
-        )
-
-
-def _decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) -> Any:
-    """A value from its JSON form; malformed input raises `KeyError`, `TypeError`,
-    `ValueError` or `RuntimeError`, which the reader reports as a `RecordingError`."""
-    if isinstance(plain, list):
-        return [_decode(v, tensors, layout_fn) for v in plain]
-    if not isinstance(plain, dict):
-        return plain
-    if len(plain) == 1 and "$tensor" in plain:
-        return tensors[plain["$tensor"]]
-    if len(plain) == 1 and isinstance(plain.get("$tuple"), list):
-        return tuple(_decode(v, tensors, layout_fn) for v in plain["$tuple"])
-    if len(plain) == 1 and isinstance(plain.get("$dict"), list):
-        out = {}
-        for key, value in plain["$dict"]:
-            key = _decode(key, tensors, layout_fn)
-            hash(key)  # TypeError for a list key
-            out[key] = _decode(value, tensors, layout_fn)
-        return out
-    if len(plain) == 1 and "$unrecorded" in plain:
-        kind, reason = plain["$unrecorded"]
-        if not isinstance(kind, str) or not isinstance(reason, str):
-            raise TypeError("an $unrecorded value is not two strings")
-        return Unrecorded(kind, reason)
-    if len(plain) == 1 and isinstance(plain.get("$torch"), str):
-        found = getattr(torch, plain["$torch"].removeprefix("torch."), None)
-        kinds = (torch.dtype, torch.layout, torch.memory_format)
-        return found if isinstance(found, kinds) else plain["$torch"]
-    if len(plain) == 1 and isinstance(plain.get("$device"), str):
-        return torch.device(plain["$device"])
-    if len(plain) == 1 and isinstance(plain.get("$repr"), str):
-        return plain["$repr"]
-    if len(plain) == 2 and isinstance(plain.get("$stats"), list):
-        if layout_fn is None:
-            raise ValueError("statistics in a recording whose metadata names none")
-        values, numel = plain["$stats"], plain["numel"]
-        layout = layout_fn.layout
-        if len(values) != layout.width or not all(isinstance(v, (int, float)) for v in values):
-            raise ValueError(f"statistics of {len(values)} numbers, not {layout.width}")
-        if not isinstance(numel, int) or numel < 0:
-            raise ValueError(f"statistics of numel {numel!r}")
-        return Stats._of_floats(layout, [float(v) for v in values], numel)
-    raise ValueError(f"unknown value {plain!r}"[:200])
 
 
 # -- writing -----------------------------------------------------------------------------
@@ -311,42 +158,6 @@ def _decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) -
 def _spec_of(columns: Columns) -> tuple[Any, ...] | None:
     store = columns.store
     return store.layout._spec if isinstance(store, StatsStore) else None
-
-
-def _schemas(pa: Any, width: int, run: str) -> dict[str, Any]:
-    """The schema of each blocks file (its metadata holds the run id)."""
-    raw_type = pa.list_(pa.float64(), width) if width else pa.list_(pa.float64())
-    metadata = {_RUN_KEY: run.encode()}
-    string = pa.string()
-    return {
-        _SITES: pa.schema(
-            [
-                ("site", pa.int32()),
-                ("name", string),
-                ("type", string),
-                ("kind", string),
-                ("attr", string),
-            ],
-            metadata=metadata,
-        ),
-        _RECORDS: pa.schema(
-            [
-                ("step", pa.int64()),
-                ("call", pa.int32()),
-                ("site", pa.int32()),
-                ("flags", pa.uint8()),
-                ("numel", pa.int64()),
-                ("raw", raw_type),
-                ("value", string),
-                ("tensors", string),
-            ],
-            metadata=metadata,
-        ),
-        _LOG: pa.schema(
-            [("step", pa.int64()), ("name", string), ("value", pa.float64()), ("text", string)],
-            metadata=metadata,
-        ),
-    }
 
 
 class RecordingWriter:
@@ -373,21 +184,21 @@ class RecordingWriter:
         self._lock = WriterLock(self.path)  # before anything is read or written
         self._open: dict[str, AppendFile] = {}
         try:
-            if os.path.lexists(self.path / _META):
+            if os.path.lexists(self.path / META):
                 raise ArgumentValueError(
                     f"{self.path} already holds a recording; choose a new directory (or load "
                     "it with tensor_tracker.load)"
                 )
             self._stats = stats
-            spec = None if stats is None else _spec_to_json(stats)
-            self._width = 0 if spec is None else _spec_from_json(spec).layout.width
+            spec = None if stats is None else spec_to_json(stats)
+            self._width = 0 if spec is None else spec_from_json(spec).layout.width
             self._run = uuid.uuid4().hex
-            self._schemas = _schemas(pa, self._width, self._run)
+            self.schemas = schemas(pa, self._width, self._run)
             self._sites_written = 0
             self.commits = 0
             """How many commits are on disk (a caller compares it around `write` to know
             whether an interrupted write landed)."""
-            self._open[_JOURNAL] = AppendFile(self.path / _JOURNAL)
+            self._open[JOURNAL] = AppendFile(self.path / JOURNAL)
             self._complete = False
             self._write_meta(complete=False)
         except BaseException:
@@ -407,18 +218,18 @@ class RecordingWriter:
             "format": FORMAT,
             "version": VERSION,
             "run": self._run,
-            "stats": None if self._stats is None else _spec_to_json(self._stats),
+            "stats": None if self._stats is None else spec_to_json(self._stats),
             "complete": complete,
             "commits": self.commits,
             "writer": {"pid": os.getpid(), "host": socket.gethostname()},
             "torch": torch.__version__,
             "tensor_tracker": version,
         }
-        meta["checksum"] = checksum(_canonical(meta))
-        tmp = self.path / f".{_META}.tmp"
+        meta["checksum"] = checksum(canonical(meta))
+        tmp = self.path / f".{META}.tmp"
         try:
             tmp.write_text(json.dumps(meta, indent=1))
-            tmp.replace(self.path / _META)
+            tmp.replace(self.path / META)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -457,13 +268,13 @@ class RecordingWriter:
                     site = Site(stash.name, stash.type, stash.kind, stash.attr)
                     site_of[row] = columns.site_id(*site)
             if len(columns.sites) > sites_now:
-                blocks.append((_SITES, self._sites_batch(pa, columns.sites[sites_now:])))
-            encoder = _Encoder(f"{self.commits}.")
-            blocks.append((_RECORDS, self._records_batch(pa, columns, site_of, encoder)))
+                blocks.append((SITES, self._sites_batch(pa, columns.sites[sites_now:])))
+            encoder = Encoder(f"{self.commits}.")
+            blocks.append((RECORDS, self._records_batch(pa, columns, site_of, encoder)))
             tensors = encoder.tensors
             sites_now = len(columns.sites)
         if log:
-            blocks.append((_LOG, self._log_batch(pa, log)))
+            blocks.append((LOG, self._log_batch(pa, log)))
         if not blocks:
             return
         tensors_bytes = None
@@ -483,11 +294,11 @@ class RecordingWriter:
                 pa.array([s.kind for s in sites], pa.string()),
                 pa.array([s.attr for s in sites], pa.string()),
             ],
-            schema=self._schemas[_SITES],
+            schema=self.schemas[SITES],
         )
 
     def _records_batch(
-        self, pa: Any, columns: Columns, site_of: dict[int, int], encoder: _Encoder
+        self, pa: Any, columns: Columns, site_of: dict[int, int], encoder: Encoder
     ) -> Any:
         n = len(columns)
         steps = array("q", bytes(8 * n))
@@ -520,7 +331,7 @@ class RecordingWriter:
                 numel[row] = stats.numel
                 raw[row] = stats._host_values()
                 flags[row] = f & (GRAD | TRAINING | TUPLE)
-        schema = self._schemas[_RECORDS]
+        schema = self.schemas[RECORDS]
         name = f"{self.commits:06d}.safetensors" if encoder.tensors else None
         return pa.record_batch(
             [
@@ -544,7 +355,7 @@ class RecordingWriter:
                 pa.array([float(e.value) for e in entries], pa.float64()),
                 pa.array([e.text for e in entries], pa.string()),
             ],
-            schema=self._schemas[_LOG],
+            schema=self.schemas[LOG],
         )
 
     def _commit(
@@ -552,7 +363,7 @@ class RecordingWriter:
     ) -> None:
         """Append the blocks, the tensors file and the journal line; on any exception cut
         every file back to the last commit (or keep this one, when its line landed)."""
-        journal = self._open[_JOURNAL]
+        journal = self._open[JOURNAL]
         line = b""
         created: Path | None = None
         try:
@@ -577,7 +388,7 @@ class RecordingWriter:
                 file.append(stored)
             tensors = None
             if tensors_file is not None:
-                folder = self.path / _TENSORS
+                folder = self.path / TENSORS
                 folder.mkdir(exist_ok=True)
                 created = folder / tensors_file
                 file = AppendFile(created)
@@ -648,12 +459,6 @@ class RecordingWriter:
             _close_files(self._open, self._lock)
 
 
-def _canonical(meta: Mapping[str, Any]) -> bytes:
-    """The bytes `recording.json`'s checksum is the CRC32 of: every field but it."""
-    rest = {k: v for k, v in meta.items() if k != "checksum"}
-    return json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()
-
-
 def _close_files(files: dict[str, AppendFile], lock: WriterLock) -> None:
     for file in files.values():
         file.close()
@@ -676,34 +481,11 @@ class Recording:
     complete: bool
 
 
-_CLASSES: dict[str, type[nn.Module]] = {}
-
-
-def module_class(name: str) -> type[nn.Module]:
-    """The class a `type` name stands for: the real class when its module is already
-    imported (nothing is imported or executed to find it), else a stand-in subclass of
-    `nn.Module` with that module and qualified name, so `type_name` gives `name` back."""
-    cls = _CLASSES.get(name)
-    if cls is not None:
-        return cls
-    module_name, _, qualname = name.rpartition(".")
-    found: Any = sys.modules.get(module_name)
-    for part in qualname.split("."):
-        found = getattr(found, part, None) if found is not None else None
-    if isinstance(found, type) and issubclass(found, nn.Module) and type_name(found) == name:
-        cls = found
-    else:
-        cls = type(qualname.rsplit(".", 1)[-1], (nn.Module,), {"__module__": module_name})
-        cls.__qualname__ = qualname
-    _CLASSES[name] = cls
-    return cls
-
-
 def _read_meta(root: Path) -> dict[str, Any]:
-    meta_file = root / _META
-    data = read_inside(root, _META, _MAX_META)
+    meta_file = root / META
+    data = read_inside(root, META, _MAX_META)
     if data is None:
-        raise RecordingError(f"{root} is not a tensor_tracker recording (no {_META})")
+        raise RecordingError(f"{root} is not a tensor_tracker recording (no {META})")
     meta = load_json(data, meta_file)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RecordingError(f"{meta_file}: not a tensor_tracker recording")
@@ -722,7 +504,7 @@ def _read_meta(root: Path) -> dict[str, Any]:
             "cannot be checked before they are decompressed). Load it with the tensor_tracker "
             "that wrote it, or record it again"
         )
-    if meta.get("checksum") != checksum(_canonical(meta)):
+    if meta.get("checksum") != checksum(canonical(meta)):
         raise RecordingError(f"{meta_file} fails its checksum (corrupted or edited)")
     run, complete, commits = meta.get("run"), meta.get("complete"), meta.get("commits")
     if not isinstance(run, str) or not re.fullmatch(r"[0-9a-f]{32}", run):
@@ -730,266 +512,6 @@ def _read_meta(root: Path) -> dict[str, Any]:
     if not isinstance(complete, bool) or not isinstance(commits, int) or commits < 0:
         raise RecordingError(f"{meta_file}: complete={complete!r}, commits={commits!r}"[:200])
     return meta
-
-
-@dataclasses.dataclass
-class _Block:
-    file: str
-    at: int
-    size: int
-    raw: int
-    zstd: bool
-    crc: int
-
-
-def _commit_blocks(
-    commit: dict[str, Any], run: str, ends: dict[str, int], where: Path
-) -> tuple[list[_Block], dict[str, Any] | None]:
-    """The blocks and tensors file of one journal line, checked (types, run, no gap)."""
-    if commit.get("run") != run:
-        raise RecordingError(f"{where}: a commit of another run ({commit.get('run')!r})"[:200])
-    blocks, tensors = commit.get("blocks"), commit.get("tensors")
-    if not isinstance(blocks, list):
-        raise RecordingError(f"{where}: a commit without its list of blocks")
-    out = []
-    for item in blocks:
-        fields = (
-            (
-                item.get("file"),
-                item.get("at"),
-                item.get("size"),
-                item.get("raw"),
-                item.get("zstd"),
-                item.get("crc"),
-            )
-            if isinstance(item, dict)
-            else ()
-        )
-        if len(fields) != 6 or fields[0] not in (_SITES, _RECORDS, _LOG):
-            raise RecordingError(f"{where}: a malformed block {item!r}"[:200])
-        block = _Block(*fields)
-        numbers = (block.at, block.size, block.raw, block.crc)
-        if not all(type(x) is int and x >= 0 for x in numbers) or type(block.zstd) is not bool:
-            raise RecordingError(f"{where}: a malformed block {item!r}"[:200])
-        if block.at != ends.get(block.file, 0):
-            raise RecordingError(f"{where}: a block of {block.file} at {block.at} leaves a gap")
-        ends[block.file] = block.at + block.size
-        out.append(block)
-    if tensors is not None:
-        ok = isinstance(tensors, dict) and isinstance(tensors.get("name"), str)
-        if not ok or not re.fullmatch(r"\d{6,}\.safetensors", tensors["name"]):
-            raise RecordingError(f"{where}: a malformed tensors entry {tensors!r}"[:200])
-        if not all(type(tensors.get(k)) is int and tensors[k] >= 0 for k in ("size", "crc")):
-            raise RecordingError(f"{where}: a malformed tensors entry {tensors!r}"[:200])
-    return out, tensors
-
-
-class _Reader:
-    """Reads and checks the commits of one recording, appending them to `columns`."""
-
-    def __init__(self, root: Path, run: str, stats: StatsFn | None) -> None:
-        pa = _require_arrow()
-        self.root = root
-        self.run = run
-        self.stats = stats
-        self.store = None if stats is None else stats.store()
-        self.columns = Columns(self.store)
-        self.log: list[LogEntry] = []
-        self.width = 0 if stats is None else stats.layout.width
-        self.schemas = _schemas(pa, self.width, run)
-        self.files: dict[str, bytes] = {}
-        self.sites = 0
-        self.steps: set[int] = set()
-
-    def _file(self, name: str) -> bytes:
-        data = self.files.get(name)
-        if data is None:
-            found = read_inside(self.root, name)
-            if found is None:
-                raise RecordingError(f"{self.root / name} is missing (the journal names it)")
-            data = self.files[name] = found
-        return data
-
-    def trailing(self, ends: dict[str, int]) -> list[str]:
-        """The files holding bytes after their last commit (a write cut short)."""
-        out = []
-        for name in (_SITES, _RECORDS, _LOG):
-            try:
-                size = os.lstat(self.root / name).st_size
-            except OSError:
-                continue
-            if size > ends.get(name, 0):
-                out.append(f"{name} ({size - ends.get(name, 0)} bytes)")
-        return out
-
-    def table(self, block: _Block) -> Any:
-        """One block as a checked Arrow table."""
-        pa = _require_arrow()
-        where = f"{self.root / block.file} at byte {block.at}"
-        data = self._file(block.file)
-        if block.at + block.size > len(data):
-            raise RecordingError(
-                f"{self.root / block.file} is truncated: {len(data)} bytes, the journal "
-                f"commits {block.at + block.size}"
-            )
-        stored = data[block.at : block.at + block.size]
-        if checksum(stored) != block.crc:
-            raise RecordingError(f"{where}: fails its checksum (corrupted)")
-        raw = unpack(stored, block.zstd, block.raw, where)
-        try:
-            table = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
-            table.validate(full=True)
-        except (pa.ArrowException, OSError, ValueError) as error:
-            raise RecordingError(f"{where}: not a readable Arrow block ({error})") from error
-        expected = self.schemas[block.file]
-        if (table.schema.metadata or {}).get(_RUN_KEY) != self.run.encode():
-            raise RecordingError(f"{where}: a block of another run")
-        if not table.schema.equals(expected):
-            raise RecordingError(f"{where}: columns {table.schema.names} of unexpected types")
-        return table
-
-    def commit(self, blocks: list[_Block], tensors_entry: dict[str, Any] | None) -> None:
-        """Read one commit whole (nothing is appended when it fails)."""
-        tables = [(block.file, self.table(block)) for block in blocks]
-        tensors = self.tensors(tensors_entry)
-        sites: list[Site] = []
-        records = []
-        log: list[LogEntry] = []
-        for name, table in tables:
-            if name == _SITES:
-                sites.extend(self.new_sites(table, self.sites + len(sites)))
-            elif name == _RECORDS:
-                records.append(table)
-            else:
-                log.extend(self.log_entries(table))
-        known = self.sites + len(sites)
-        checked = [self.check_records(t, known, tensors_entry) for t in records]
-        objects = [self.objects(t, tensors) for t in records]
-        for site in sites:
-            self.columns.site_id(*site)
-        self.sites = known
-        for table, rows, values in zip(records, checked, objects, strict=True):
-            self.append(table, rows, values)
-        self.log.extend(log)
-
-    def tensors(self, entry: dict[str, Any] | None) -> dict[str, Tensor]:
-        if entry is None:
-            return {}
-        from safetensors import SafetensorError
-        from safetensors.torch import load
-
-        name = f"{_TENSORS}/{entry['name']}"
-        path = self.root / name
-        data = read_inside(self.root, name, entry["size"])
-        if data is None:
-            raise RecordingError(f"{path} is missing (the journal names it)")
-        if len(data) != entry["size"] or checksum(data) != entry["crc"]:
-            raise RecordingError(f"{path} fails its checksum or size (corrupted)")
-        header_size = int.from_bytes(data[:8], "little")
-        header = load_json(data[8 : 8 + header_size], path) if header_size < len(data) else None
-        run = header.get("__metadata__", {}).get("run") if isinstance(header, dict) else None
-        if run != self.run:
-            raise RecordingError(f"{path}: tensors of another run")
-        try:
-            return load(data)
-        except (SafetensorError, ValueError, RuntimeError, TypeError) as error:
-            raise RecordingError(f"{path}: cannot be read ({error})") from error
-
-    def new_sites(self, table: Any, first: int) -> list[Site]:
-        data = table.to_pydict()
-        ids = data["site"]
-        if ids != list(range(first, first + len(ids))):
-            raise RecordingError(f"{self.root / _SITES}: site ids out of order")
-        out = []
-        for name, type_, kind, attr in zip(
-            data["name"], data["type"], data["kind"], data["attr"], strict=True
-        ):
-            if None in (name, type_, kind, attr):
-                raise RecordingError(f"{self.root / _SITES}: a site with a missing field")
-            out.append(Site(name, module_class(type_), kind, attr))  # type: ignore[arg-type]
-        return out
-
-    def log_entries(self, table: Any) -> list[LogEntry]:
-        data = table.to_pydict()
-        return [
-            LogEntry(step, name, math.nan if value is None else value, text)
-            for step, name, value, text in zip(
-                data["step"], data["name"], data["value"], data["text"], strict=True
-            )
-            if step is not None or _bad(self.root / _LOG, "a log entry without a step")
-        ]
-
-    def check_records(self, table: Any, sites: int, entry: dict[str, Any] | None) -> Any:
-        """The indices of the statistics rows of `table`, after checking every row."""
-        np = require("numpy", "save")
-        where = self.root / _RECORDS
-        for name in ("step", "call", "site", "flags"):
-            if table.column(name).null_count:
-                raise RecordingError(f"{where}: records without a {name}")
-        site = table.column("site").to_numpy()
-        if len(site) and (site.min() < 0 or site.max() >= sites):
-            raise RecordingError(f"{where}: a record names a site outside 0..{sites - 1}")
-        if len(site) and table.column("call").to_numpy().min() < 0:
-            raise RecordingError(f"{where}: a record with a negative call")
-        if (table.column("flags").to_numpy() & (0xFF ^ (GRAD | TRAINING | TUPLE))).any():
-            raise RecordingError(f"{where}: a record with unknown flags")
-        stats_rows = np.flatnonzero(table.column("value").is_null().to_numpy(zero_copy_only=False))
-        if len(stats_rows):
-            numel = table.column("numel").to_numpy(zero_copy_only=False)[stats_rows]
-            raw_null = table.column("raw").is_null().to_numpy(zero_copy_only=False)[stats_rows]
-            if self.store is None or raw_null.any() or np.isnan(numel).any() or (numel < 0).any():
-                raise RecordingError(f"{where}: statistics rows without their numbers")
-        names = set(table.column("tensors").drop_null().to_pylist())
-        if names - {None if entry is None else entry["name"]}:
-            raise RecordingError(f"{where}: records name a tensors file their commit has not")
-        return stats_rows
-
-    def objects(self, table: Any, tensors: dict[str, Tensor]) -> dict[int, Any]:
-        """The decoded values of the rows that hold one, by row."""
-        out = {}
-        for row, value in enumerate(table.column("value").to_pylist()):
-            if value is None:
-                continue
-            try:
-                out[row] = _decode(json.loads(value), tensors, self.stats)
-            except (KeyError, TypeError, ValueError, RuntimeError, RecursionError) as error:
-                raise RecordingError(
-                    f"{self.root / _RECORDS}: record {row} of a commit holds a malformed value "
-                    f"({type(error).__name__}: {error})"[:300]
-                ) from None
-        return out
-
-    def append(self, table: Any, stats_rows: Any, objects: dict[int, Any]) -> None:
-        np = require("numpy", "save")
-        site = table.column("site").to_numpy()
-        call = table.column("call").to_numpy()
-        step = table.column("step").to_numpy()
-        flags = table.column("flags").to_numpy()
-        self.steps.update(np.unique(step).tolist())
-        if not objects:  # statistics only (the common case): whole columns at once
-            assert self.store is not None
-            raw = table.column("raw").combine_chunks().flatten().to_numpy()
-            numel = table.column("numel").to_numpy().astype(np.int64)
-            first, stride = self.store.add_host_rows(raw.astype(np.float64).tobytes(), numel)
-            refs = first + stride * np.arange(len(site), dtype=np.int64)
-            self.columns.add_rows(site, call, step, flags, refs)
-            return
-        raws = table.column("raw")
-        numels = table.column("numel")
-        for row in range(len(site)):
-            s, c, t, f = int(site[row]), int(call[row]), int(step[row]), int(flags[row])
-            if row in objects:
-                self.columns.add_object(s, c, t, f, objects[row])
-                continue
-            assert self.store is not None
-            raw = array("d", raws[row].as_py()).tobytes()
-            numel = array("q", [numels[row].as_py()]).tobytes()
-            ref, _ = self.store.add_host_rows(raw, numel)
-            self.columns.add(s, c, t, f, ref)
-
-
-def _bad(where: Path, what: str) -> bool:
-    raise RecordingError(f"{where}: {what}")
 
 
 def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recording:
@@ -1010,25 +532,25 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
     meta = _read_meta(root)
     run = meta["run"]
     live = writer_alive(root)
-    stats = None if meta.get("stats") is None else _spec_from_json(meta["stats"])
-    reader = _Reader(root, run, stats)
-    journal_data = read_inside(root, _JOURNAL)
+    stats = None if meta.get("stats") is None else spec_from_json(meta["stats"])
+    reader = CommitReader(root, run, stats)
+    journal_data = read_inside(root, JOURNAL)
     if journal_data is None:
-        raise RecordingError(f"{root / _JOURNAL} is missing")
-    commits, problem, torn = read_commits(journal_data, root / _JOURNAL)
+        raise RecordingError(f"{root / JOURNAL} is missing")
+    commits, problem, torn = read_commits(journal_data, root / JOURNAL)
     complete = meta["complete"] and not live
     if torn and not complete and problem is not None:
         problem = None  # a commit line cut short by a writer that stopped: not committed
     elif complete and problem is None and len(commits) != meta["commits"]:
         problem = (
-            f"{root / _JOURNAL} holds {len(commits)} commits, {_META} says {meta['commits']} "
+            f"{root / JOURNAL} holds {len(commits)} commits, {META} says {meta['commits']} "
             "(truncated?)"
         )
     ends: dict[str, int] = {}
     read = 0
     for number, commit in enumerate(commits):
         try:
-            blocks, tensors = _commit_blocks(commit, run, dict(ends), root / _JOURNAL)
+            blocks, tensors = commit_blocks(commit, run, dict(ends), root / JOURNAL)
             reader.commit(blocks, tensors)
         except RecordingError as error:
             problem = str(error)
