@@ -558,6 +558,8 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -
 
     def flush(block_ended: bool) -> None:
         nonlocal stopped
+        if writer.closed and not stopped:
+            return  # a write error closed it and raised: the records stay in memory
         if stopped:  # after a full disk under on_disk_full="warn": nothing more is kept
             tracker.clear()
             tracker.logged.clear()

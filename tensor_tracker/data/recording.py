@@ -204,7 +204,8 @@ class RecordingWriter:
         except BaseException:
             self._lock.release()
             raise
-        self._closed = False
+        self.closed = False
+        """Whether `close` was called (or a write error closed the recording)."""
         # A streaming tracker keeps its writer open between `with` blocks (each block's end
         # only pauses it); the files are closed when the writer goes, if not before.
         self._release = weakref.finalize(self, _close_files, self._open, self._lock)
@@ -252,7 +253,7 @@ class RecordingWriter:
                 (nothing of this call is written).
         """
         pa = _require_arrow()
-        if self._closed:
+        if self.closed:
             raise RecordingError(f"{self.path}: this recording was closed; nothing is written")
         blocks: list[tuple[str, Any]] = []
         n = len(columns)
@@ -367,6 +368,8 @@ class RecordingWriter:
         line = b""
         created: Path | None = None
         try:
+            if self._complete:
+                self._write_meta(complete=False)  # appending again: before any byte
             entries = []
             for name, batch in blocks:
                 sink = pa.BufferOutputStream()
@@ -399,8 +402,6 @@ class RecordingWriter:
                 tensors = {"name": tensors_file, "size": len(data), "crc": checksum(data)}
             record = {"run": self._run, "seq": self.commits, "blocks": entries}
             line = commit_line({**record, "tensors": tensors})
-            if self._complete:
-                self._write_meta(complete=False)  # appending again
             journal.append(line)
         except BaseException as error:
             landed = bool(line) and journal.size() == journal.committed + len(line)
@@ -431,7 +432,7 @@ class RecordingWriter:
             self.close()
         except OSError:
             _close_files(self._open, self._lock)  # recording.json then stays "incomplete"
-            self._closed = True
+            self.closed = True
         what = "the disk is full" if error.errno in _DISK_FULL else f"a write failed ({error})"
         raise RecordingError(
             f"{self.path}: {what} ({free}); the recording was closed with the {self.commits} "
@@ -445,14 +446,14 @@ class RecordingWriter:
     def pause(self) -> None:
         """Mark the recording complete for now (readers then check that every commit is
         there); a later `write` appends again."""
-        if not self._closed:
+        if not self.closed:
             self._write_meta(complete=True)
 
     def close(self) -> None:
         """Mark the recording complete, close its files and release the directory."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         try:
             self._write_meta(complete=True)
         finally:
@@ -538,7 +539,11 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
     if journal_data is None:
         raise RecordingError(f"{root / JOURNAL} is missing")
     commits, problem, torn = read_commits(journal_data, root / JOURNAL)
-    complete = meta["complete"] and not live
+    complete = meta["complete"]
+    if complete and live and len(commits) >= meta["commits"]:
+        # A paused writer (between `with` blocks) that resumed after recording.json was
+        # read: read what the metadata counted.
+        commits, problem, torn = commits[: meta["commits"]], None, False
     if torn and not complete and problem is not None:
         problem = None  # a commit line cut short by a writer that stopped: not committed
     elif complete and problem is None and len(commits) != meta["commits"]:
@@ -558,7 +563,7 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
         for block in blocks:
             ends[block.file] = block.at + block.size
         read = number + 1
-    if problem is None and complete:
+    if problem is None and complete and not live:
         extra = reader.trailing(ends)
         if extra:
             problem = f"{root}: bytes after the last commit in {', '.join(extra)}"
