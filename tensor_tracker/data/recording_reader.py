@@ -257,7 +257,9 @@ class CommitReader:
             assert self.store is not None
             raw = table.column("raw").combine_chunks().flatten().to_numpy()
             numel = table.column("numel").to_numpy().astype(np.int64)
-            first, stride = self.store.add_host_rows(raw.astype(np.float64).tobytes(), numel.tobytes())
+            first, stride = self.store.add_host_rows(
+                raw.astype(np.float64).tobytes(), numel.tobytes()
+            )
             refs = first + stride * np.arange(len(site), dtype=np.int64)
             self.columns.add_rows(site, call, step, flags, refs)
             return
