@@ -19,7 +19,7 @@ from torch import nn
 
 from tensor_tracker import load, stats, track
 from tensor_tracker.errors import RecordingError
-from tests.data.recording_files import signature
+from tests.data.recording_files import journal, signature
 
 pytest.importorskip("pyarrow")
 
@@ -77,7 +77,11 @@ def test_damaged_recordings_load_whole_or_raise_recording_error(
     for file in files:
         name = file.relative_to(original)
         data = file.read_bytes()
-        offsets = sorted({0, len(data) - 1, *(rng.randrange(len(data)) for _ in range(CUTS))})
+        # Random offsets, and the edges where a cut leaves whole lines or blocks.
+        edges = {i + 1 for i, byte in enumerate(data) if byte == ord("\n")}
+        edges |= {b["at"] for c in journal(original) for b in c["blocks"] if b["file"] == name.name}
+        randoms = (rng.randrange(len(data)) for _ in range(CUTS))
+        offsets = sorted({0, len(data) - 1, *edges, *randoms} - {len(data)})
         for cut in offsets:
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(original, work)
