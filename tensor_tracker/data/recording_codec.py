@@ -166,8 +166,9 @@ class Encoder:
 
 
 def decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) -> Any:
-    """A value from its JSON form; malformed input raises `KeyError`, `TypeError`,
-    `ValueError` or `RuntimeError`, which the reader reports as a `RecordingError`."""
+    """A value from its JSON form. Malformed input raises `RecordingError` (or `KeyError`,
+    `TypeError`, `RuntimeError` from what it meets), which the reader reports naming the
+    file and record."""
     if isinstance(plain, list):
         return [decode(v, tensors, layout_fn) for v in plain]
     if not isinstance(plain, dict):
@@ -186,7 +187,7 @@ def decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) ->
     if len(plain) == 1 and "$unrecorded" in plain:
         kind, reason = plain["$unrecorded"]
         if not isinstance(kind, str) or not isinstance(reason, str):
-            raise TypeError("an $unrecorded value is not two strings")
+            raise RecordingError("an $unrecorded value is not two strings")
         return Unrecorded(kind, reason)
     if len(plain) == 1 and isinstance(plain.get("$torch"), str):
         found = getattr(torch, plain["$torch"].removeprefix("torch."), None)
@@ -198,15 +199,15 @@ def decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) ->
         return plain["$repr"]
     if len(plain) == 2 and isinstance(plain.get("$stats"), list):
         if layout_fn is None:
-            raise ValueError("statistics in a recording whose metadata names none")
+            raise RecordingError("statistics in a recording whose metadata names none")
         values, numel = plain["$stats"], plain["numel"]
         layout = layout_fn.layout
         if len(values) != layout.width or not all(isinstance(v, (int, float)) for v in values):
-            raise ValueError(f"statistics of {len(values)} numbers, not {layout.width}")
+            raise RecordingError(f"statistics of {len(values)} numbers, not {layout.width}")
         if not isinstance(numel, int) or numel < 0:
-            raise ValueError(f"statistics of numel {numel!r}")
+            raise RecordingError(f"statistics of numel {numel!r}")
         return Stats._of_floats(layout, [float(v) for v in values], numel)
-    raise ValueError(f"unknown value {plain!r}"[:200])
+    raise RecordingError(f"unknown value {plain!r}"[:200])
 
 
 def schemas(pa: Any, width: int, run: str) -> dict[str, Any]:

@@ -13,13 +13,13 @@ import os
 import re
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from torch import Tensor
 
 from .._optional import require
 from ..core.columns import GRAD, TRAINING, TUPLE, Columns, Site
-from ..core.records import LogEntry
+from ..core.records import Kind, LogEntry
 from ..errors import RecordingError
 from ..stats import StatsFn
 from .integrity import checksum, load_json, read_inside, unpack
@@ -191,8 +191,8 @@ class CommitReader:
         for name, type_, kind, attr in zip(
             data["name"], data["type"], data["kind"], data["attr"], strict=True
         ):
-            if None in (name, type_, kind, attr):
-                raise RecordingError(f"{self.root / SITES}: a site with a missing field")
+            if None in (name, type_, kind, attr) or kind not in get_args(Kind):
+                raise RecordingError(f"{self.root / SITES}: a site with a missing or unknown field")
             out.append(Site(name, module_class(type_), kind, attr))
         return out
 
