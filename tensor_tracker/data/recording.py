@@ -563,6 +563,7 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
         for block in blocks:
             ends[block.file] = block.at + block.size
         read = number + 1
+    reader.finish()
     if problem is None and complete and not live:
         extra = reader.trailing(ends)
         if extra:

@@ -87,6 +87,7 @@ class CommitReader:
         self.files: dict[str, bytes] = {}
         self.sites = 0
         self.steps: set[int] = set()
+        self.pending: list[Any] = []  # see `append`
 
     def _file(self, name: str) -> bytes:
         data = self.files.get(name)
@@ -247,12 +248,31 @@ class CommitReader:
         return out
 
     def append(self, table: Any, stats_rows: Any, objects: dict[int, Any]) -> None:
+        """Append a checked table's rows (statistics-only tables are gathered and appended
+        together by `finish`, or before the next table holding objects)."""
+        np = require("numpy", "save")
+        step = table.column("step").to_numpy()
+        self.steps.update(np.unique(step).tolist())
+        if not objects:
+            self.pending.append(table)
+            return
+        self.finish()
+        self._append_rows(table, objects)
+
+    def finish(self) -> None:
+        """Append the gathered statistics-only tables, in one go."""
+        if self.pending:
+            pa = require("pyarrow", "save")
+            table = pa.concat_tables(self.pending)
+            self.pending = []
+            self._append_rows(table, {})
+
+    def _append_rows(self, table: Any, objects: dict[int, Any]) -> None:
         np = require("numpy", "save")
         site = table.column("site").to_numpy()
         call = table.column("call").to_numpy()
         step = table.column("step").to_numpy()
         flags = table.column("flags").to_numpy()
-        self.steps.update(np.unique(step).tolist())
         if not objects:  # statistics only (the common case): whole columns at once
             assert self.store is not None
             raw = table.column("raw").combine_chunks().flatten().to_numpy()
