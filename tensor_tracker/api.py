@@ -209,13 +209,17 @@ class Tracker(Recorder):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write everything recorded (records, statistics, full copies, scalars and notes,
         module names and type names) to the directory `path`, in the documented format of
-        `tensor_tracker.data.recording` (Arrow streams, safetensors, JSON; no pickle).
+        `tensor_tracker.data.recording` (Arrow record batches, safetensors, JSON, a journal
+        of checksummed commits; no pickle).
         Read it back anywhere with `tensor_tracker.load(path)`. Needs the `[save]` extra
         (pyarrow, safetensors).
 
         Raises:
-            ValueError: `path` already holds a recording, or a record holds a value that
-                cannot be saved without pickle (the message names the record).
+            ValueError: `path` already holds a recording or another writer is writing it,
+                or a record holds a value that cannot be saved without pickle (the message
+                names the record).
+            RecordingError: the disk is full (the message names the directory and its
+                free space; nothing is left half-written).
 
         Example:
             >>> import tempfile, pathlib
