@@ -2,8 +2,8 @@
 `tensor_tracker.data.recording`, whose docstring describes the format):
 
 - `WriterLock`: the directory claimed by one writer with `fcntl.flock` on ``writer.lock``
-  (atomic; the kernel releases it when the writer's process ends, however it ends), and
-  `writer_alive`, what a reader asks.
+  (atomic; the kernel releases it when the writer's process ends, however it ends;
+  `msvcrt.locking` on Windows, untested there), and `writer_alive`, what a reader asks.
 - `AppendFile`: a file the writer appends blocks to, remembering its committed length so
   an interrupted or failed step is cut off again (`rollback`).
 - `commit_line` / `read_commits`: the journal, one line per committed step, each with its
@@ -17,10 +17,10 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import stat
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,39 @@ MAX_RATIO = 64
 """A zstd block holds at most `MAX_RATIO` times its stored size (plus `SLACK`); the writer
 stores a block that would compress better uncompressed."""
 SLACK = 1 << 16
-_OPEN_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_OPEN_READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _NOFOLLOW
+
+
+def _try_lock(fd: int, exclusive: bool) -> bool:
+    """Lock the open file `fd` without waiting; whether it was free. The kernel drops the
+    lock when the process ends, however it ends."""
+    if sys.platform == "win32":  # no flock: a lock on the first byte (msvcrt)
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _unlock(fd: int) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def checksum(data: bytes | memoryview) -> int:
@@ -68,25 +100,22 @@ class WriterLock:
 
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
-            self._fd: int | None = os.open(path / LOCK, flags, 0o644)
+            self._fd: int | None = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
         except OSError as error:
             raise ArgumentValueError(f"{path}: cannot create {LOCK} ({error})") from error
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
+        if not _try_lock(self._fd, exclusive=True):
             os.close(self._fd)
             self._fd = None
             raise ArgumentValueError(
                 f"{path} is being written by another writer right now ({LOCK} is locked); "
                 "choose a new directory"
-            ) from error
+            )
 
     def release(self) -> None:
         """Let the directory go (idempotent)."""
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            _unlock(self._fd)
             os.close(self._fd)
             self._fd = None
 
@@ -100,11 +129,9 @@ def writer_alive(path: Path) -> bool:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
+        if not _try_lock(fd, exclusive=False):
             return True
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        _unlock(fd)
         return False
     finally:
         os.close(fd)
@@ -116,8 +143,9 @@ class AppendFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        self._fd: int | None = os.open(path, flags, 0o644)
+        self._fd: int | None = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644
+        )
         self.committed = 0
 
     def append(self, data: bytes | memoryview) -> None:

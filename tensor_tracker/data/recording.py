@@ -530,9 +530,9 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
     root = Path(path)
     if not root.is_dir():
         raise RecordingError(f"{root} is not a recording: not a directory")
+    live = writer_alive(root)  # before the metadata: a writer closing in between is seen live
     meta = _read_meta(root)
     run = meta["run"]
-    live = writer_alive(root)
     stats = None if meta.get("stats") is None else spec_from_json(meta["stats"])
     reader = CommitReader(root, run, stats)
     journal_data = read_inside(root, JOURNAL)
