@@ -581,12 +581,13 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
             stacklevel=3,
         )
     elif not complete and not live:
-        extra = reader.trailing(ends)
-        cut = f"; dropped an unfinished step ({', '.join(extra)})" if extra or torn else ""
+        cut = [*reader.trailing(ends), *([f"a cut {JOURNAL} line"] if torn else [])]
+        dropped = f"; dropped an unfinished step ({', '.join(cut)})" if cut else ""
         warnings.warn(
             f"{root}: incomplete recording: its writer stopped without closing it (killed or "
-            f"crashed); read its {read} whole commit(s) ({len(reader.steps)} step(s)){cut}",
+            f"crashed); read its {read} whole commit(s) ({len(reader.steps)} step(s)){dropped}",
             RuntimeWarning,
             stacklevel=3,
         )
-    return Recording(reader.columns, stats, reader.log, complete)
+    # What was dropped under recover=True makes the loaded run incomplete too.
+    return Recording(reader.columns, stats, reader.log, complete and problem is None)
