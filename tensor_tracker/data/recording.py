@@ -202,7 +202,7 @@ class RecordingWriter:
             self._complete = False
             self._write_meta(complete=False)
         except BaseException:
-            self._lock.release()
+            _close_files(self._open, self._lock)
             raise
         self.closed = False
         """Whether `close` was called (or a write error closed the recording)."""
