@@ -33,9 +33,9 @@ from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import Stash, rmap_tensor, stats
-from tensor_tracker.data import recording
 from tensor_tracker.data.frame import type_name
-from tensor_tracker.data.integrity import AppendFile
+from tensor_tracker.persist import recording
+from tensor_tracker.persist.integrity import AppendFile
 
 # -- the plain reference implementation of the contract ------------------------------------
 

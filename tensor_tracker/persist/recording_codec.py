@@ -1,5 +1,5 @@
 """How a recording encodes what it holds (the format is described in
-`tensor_tracker.data.recording`): its file names, the statistics spec as JSON, values as
+`tensor_tracker.persist.recording`): its file names, the statistics spec as JSON, values as
 JSON with tensors in a side table, the Arrow schema of each blocks file, the bytes the
 metadata's checksum covers, and module classes from their names.
 """
@@ -17,12 +17,12 @@ from torch import Tensor, nn
 from torch.utils._pytree import SUPPORTED_NODES
 
 from ..core.records import Unrecorded
-from ..core.stash_fns import _IMMUTABLE
-from ..core.structure import _walks_attributes
+from ..core.stash_fns import IMMUTABLE
+from ..core.structure import walks_attributes
+from ..data.frame import type_name
 from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, Stats, StatsFn
 from ..stats.spec import CustomName, Statistic
-from .frame import type_name
 
 __all__ = [
     "JOURNAL",
@@ -137,7 +137,7 @@ class Encoder:
         if isinstance(value, torch.device):
             return {"$device": str(value)}
         numpy = sys.modules.get("numpy")
-        plain = _IMMUTABLE if numpy is None else (*_IMMUTABLE, numpy.generic, numpy.ndarray)
+        plain = IMMUTABLE if numpy is None else (*IMMUTABLE, numpy.generic, numpy.ndarray)
         if isinstance(value, plain) and not isinstance(value, (tuple, list)):
             return {"$repr": repr(value)}
         if isinstance(value, tuple):  # namedtuples too: first_value unwraps them alike
@@ -151,7 +151,7 @@ class Encoder:
             items = list(value.items())
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             items = [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
-        elif _walks_attributes(value):
+        elif walks_attributes(value):
             items = list(vars(value).items())
         elif type(value) in SUPPORTED_NODES:
             children = SUPPORTED_NODES[type(value)].flatten_fn(value)[0]

@@ -26,10 +26,10 @@ from torch import nn
 
 import tensor_tracker
 from tensor_tracker import load, track
-from tensor_tracker.data import integrity
-from tensor_tracker.data.recording import RecordingWriter
 from tensor_tracker.errors import ArgumentValueError, RecordingError
-from tests.data.recording_files import (
+from tensor_tracker.persist import integrity
+from tensor_tracker.persist.recording import RecordingWriter
+from tests.persist.recording_files import (
     craft,
     journal,
     replace_column,
@@ -117,7 +117,7 @@ _CRASH = textwrap.dedent(
     import os, sys, torch
     from torch import nn
     import tensor_tracker
-    from tensor_tracker.data import integrity
+    from tensor_tracker.persist import integrity
 
     real = integrity.AppendFile.append
     commits = {"n": 0}

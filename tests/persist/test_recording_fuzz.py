@@ -19,7 +19,7 @@ from torch import nn
 
 from tensor_tracker import load, stats, track
 from tensor_tracker.errors import RecordingError
-from tests.data.recording_files import journal, signature
+from tests.persist.recording_files import journal, signature
 
 pytest.importorskip("pyarrow")
 

@@ -1,4 +1,4 @@
-"""The checked reading of a recording's commits (`tensor_tracker.data.recording` reads the
+"""The checked reading of a recording's commits (`tensor_tracker.persist.recording` reads the
 metadata and journal, then hands each commit here): a commit's blocks are checked against
 their file, checksum, run id and schema, its rows against the sites and statistics known,
 and it is appended whole or not at all.

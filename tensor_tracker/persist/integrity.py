@@ -1,5 +1,5 @@
 """What keeps a recording on disk whole and a hostile one harmless (used by
-`tensor_tracker.data.recording`, whose docstring describes the format):
+`tensor_tracker.persist.recording`, whose docstring describes the format):
 
 - `WriterLock`: the directory claimed by one writer with `fcntl.flock` on ``writer.lock``
   (atomic; the kernel releases it when the writer's process ends, however it ends;

@@ -99,10 +99,10 @@ from torch import Tensor
 from .._optional import require
 from ..core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, TUPLE, Columns, Site
 from ..core.records import LogEntry, Stash
+from ..data.frame import type_name
 from ..errors import ArgumentValueError, RecordingError
 from ..stats import StatsFn
 from ..stats.store import StatsStore
-from .frame import type_name
 from .integrity import (
     AppendFile,
     WriterLock,
@@ -137,15 +137,15 @@ __all__ = [
     "RecordingWriter",
     "module_class",
     "read_recording",
+    "spec_from_json",
+    "spec_of",
+    "spec_to_json",
 ]
 
 FORMAT = "tensor_tracker.recording"
 VERSION = 2
 _MAX_META = 1 << 20  # bytes of recording.json
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-# The names `tensor_tracker.data.ranks` imports.
-_spec_from_json = spec_from_json
-_spec_to_json = spec_to_json
 
 
 def _require_arrow() -> Any:
@@ -155,9 +155,9 @@ def _require_arrow() -> Any:
 # -- writing -----------------------------------------------------------------------------
 
 
-def _spec_of(columns: Columns) -> tuple[Any, ...] | None:
+def spec_of(columns: Columns) -> tuple[Any, ...] | None:
     store = columns.store
-    return store.layout._spec if isinstance(store, StatsStore) else None
+    return store.layout.spec if isinstance(store, StatsStore) else None
 
 
 class RecordingWriter:
