@@ -550,7 +550,7 @@ def streaming_cost(pairs: int) -> None:
                 flush(block_ended)
                 spent.append(time.perf_counter() - start)
 
-            streamed._flush = timed_flush
+            streamed.on_flush(timed_flush, path)
             # The integrity part of the write, timed where it happens: checksums of the
             # blocks, the journal line (the step marker) and its append.
             integrity_s = [0.0]
