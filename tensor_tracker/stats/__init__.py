@@ -49,19 +49,22 @@ from . import formats
 from .fn import Spec, StatsFn, compute, parse
 from .layout import Layout
 from .merging import combine, inexact_names
-from .spec import DEFAULT, NAMES, Histogram, Statistic, histogram
+from .spec import BLOCK_NAMES, DEFAULT, NAMES, Blocks, Histogram, Statistic, blocks, histogram
 from .table import stats_table
 from .values import Stats
 
 __all__ = [
+    "BLOCK_NAMES",
     "DEFAULT",
     "NAMES",
+    "Blocks",
     "Histogram",
     "Layout",
     "Spec",
     "Statistic",
     "Stats",
     "StatsFn",
+    "blocks",
     "combine",
     "compute",
     "formats",
