@@ -34,6 +34,7 @@ _I64 = torch.int64
 _RANGE = "block_dynamic_range"
 _RANGE_BLOCK = 32
 _NV_SCALE_MAX = 448.0  # float8 E4M3's largest value: NVFP4's block scales are E4M3
+_SHIFTER = 2.0**23
 _NATIVE = {"mxfp8_e4m3": torch.float8_e4m3fn, "mxfp8_e5m2": torch.float8_e5m2}
 
 
@@ -89,7 +90,10 @@ def _round_elements(v: Tensor, fmt: BlockFormat) -> Tensor:
     # 2**(e - mbits); below 2**emin (subnormals) the spacing of the lowest binade.
     a = v.abs()
     e = _exponent(a).clamp_(fmt.emin, fmt.emax)
-    q = (a * _pow2(fmt.mbits - e)).round_().mul_(_pow2(e - fmt.mbits))
+    # Rounding to an integer, ties to even: adding 2**23 leaves no fraction bits in a
+    # float32 below 2**23, so the addition rounds (as IEEE does, to nearest even);
+    # several times faster than torch.round on the CPU.
+    q = (a * _pow2(fmt.mbits - e)).add_(_SHIFTER).sub_(_SHIFTER).mul_(_pow2(e - fmt.mbits))
     return q.clamp_(max=fmt.max).copysign_(v)
 
 

@@ -118,7 +118,7 @@ class BlockFormat:
     @property
     def emin(self) -> int:
         """Exponent of the smallest normal element binade (below it: subnormals)."""
-        return 2 - 2 ** (self.ebits - 1)
+        return 2 - (1 << (self.ebits - 1))
 
     @property
     def min_subnormal(self) -> float:
