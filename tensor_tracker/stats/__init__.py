@@ -30,9 +30,14 @@ Built-in statistic names (see `NAMES`):
   - `F_error`: the relative RMS quantization error `||dequantize(quantize(x)) - x|| / ||x||`
     (0 for an all-zero tensor). The format's own rounding sets a floor, which Gaussian
     data shows: about 0.03 for MXFP8 E4M3 and MXFP6 E2M3, 0.055 for MXFP8 E5M2 and MXFP6
-    E3M2, 0.12 for MXFP4, 0.095 for NVFP4. Well above that floor, blocks hold outliers
-    that crush their neighbours; compare modules, and formats, by it: it is what the
-    format adds to the tensor as noise, relative to the tensor.
+    E3M2, 0.12 for MXFP4, 0.095 for NVFP4 (`BlockFormat.gaussian_error`). It is the noise
+    the format adds, relative to the tensor, and the largest values dominate it: an outlier
+    that flushes its block's small values hardly moves it (`F_underflow` shows those). It
+    rises well above the floor when the largest values themselves round badly: the MX
+    scale is a power of two taken *down* from the block's maximum, so values crowding
+    just below a power of two (saturated tanh outputs near ±0.99, sign-like values) land
+    between the element format's maximum and the next power of two and saturate (E4M3:
+    448 of up to 512, ~10% error, three times its floor).
   - `F_underflow`: the fraction of nonzero values that quantize to zero. Each block's
     scale follows its largest value, so values more than about `log2(max / smallest
     element)` binades below it are lost: 18 for E4M3, 32 for E5M2, 9 for E3M2, 6 for

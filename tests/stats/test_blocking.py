@@ -367,3 +367,11 @@ def test_block_statistics_pickle_and_combine() -> None:
             assert combined[name] == pytest.approx(whole[name], rel=1e-9), name
     empty = fn(x[:0]).to_dict()
     assert all(math.isnan(empty[n]) for n in S.BLOCK_NAMES)
+
+
+@pytest.mark.parametrize("key", BLOCK_FORMATS)
+def test_gaussian_error_of_the_format_table(key: str) -> None:
+    # What diagnose compares errors with: each format's error on standard normal data.
+    x = torch.randn(1024, 1024, generator=_gen(7)) * 5
+    got = ours(x, key)[0]
+    assert got == pytest.approx(BLOCK_FORMATS[key].gaussian_error, rel=0.03)
