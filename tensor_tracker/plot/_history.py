@@ -44,9 +44,9 @@ from ._figure import (
     MANY_MODULES,
     MAX_LEGEND,
     format_lines,
-    format_list,
     limits_legend,
     new_axes,
+    reference_formats,
     series_key,
     series_styles,
 )
@@ -121,7 +121,7 @@ def history(
     row_names, attrs, steps, values, modules = history_rows(
         tracker_or_frame, stat, names, grad, kind
     )
-    fmts = format_list(formats)
+    fmts = reference_formats(formats, stat)
     if leaves if leaves is not None else (names is None and len(modules) > MANY_MODULES):
         modules = leaf_names(modules)
         kept = set(modules)

@@ -32,17 +32,17 @@ from ..data.series import (
     tensor_label,
     tensor_labels,
 )
-from ..stats.formats import Format
+from ..stats.formats import BlockFormat, Format
 from ._figure import (
     DEFAULT_FORMATS,
     MANY_MODULES,
     MAX_WIDTH,
     category_ticks,
     format_lines,
-    format_list,
     limits_legend,
     new_axes,
     new_figure,
+    reference_formats,
     root_figure,
     series_key,
     series_styles,
@@ -154,7 +154,7 @@ def scale_plot(
         chosen = select(chosen, kind=None, names=names)
         if not chosen:
             raise nothing_selected("scale_plot", f"names={names!r}", as_stashes(source, argument))
-    fmts = format_list(formats)
+    fmts = reference_formats(formats, stat)
     order = module_order(chosen)
     # Leaves and grouping are decided on one count, the modules chosen: leaves alone are
     # fewer, and counting them would leave a large model of blocks ungrouped.
@@ -233,7 +233,7 @@ def _by_depth(
     depth: Depth,
     means: dict[Any, float],
     has_grad: bool,
-    fmts: list[Format],
+    fmts: list[Format | BlockFormat],
     title: str,
     ylabel: str,
     ax: Axes | None,
