@@ -34,9 +34,8 @@ _I64 = torch.int64
 _RANGE = "block_dynamic_range"
 _RANGE_BLOCK = 32
 _NV_SCALE_MAX = 448.0  # float8 E4M3's largest value: NVFP4's block scales are E4M3
-_SHIFTER = 2.0**23
+_MAGIC = 1.5 * 2.0**23
 _EXPONENT_BITS = 0x7F800000
-_NATIVE = {"mxfp8_e4m3": torch.float8_e4m3fn, "mxfp8_e5m2": torch.float8_e5m2}
 
 
 def block_items(items: Sequence[object]) -> list[Blocks]:
@@ -83,34 +82,47 @@ def _pow2_f64(e: Tensor) -> Tensor:
 
 def _round_elements(v: Tensor, fmt: BlockFormat) -> Tensor:
     """`v` (float32, already divided by its block's scale) rounded to the element format:
-    to nearest, ties to even, saturating at `fmt.max`; NaN stays NaN."""
-    native = _NATIVE.get(fmt.name)
-    if native is not None:
-        return v.clamp(-fmt.max, fmt.max).to(native).to(_F32)
-    # torch has no casts to the 6- and 4-bit formats (and its table lookups, bucketize,
-    # are ten times slower on the CPU than this arithmetic). With `mbits` mantissa bits,
-    # values in the binade [2**e, 2**(e+1)) are multiples of 2**(e - mbits); below 2**emin
-    # (subnormals) those of the lowest binade. 2**e is `a` with its mantissa bits cleared.
-    a = v.abs()
-    binade = a.view(_I32).bitwise_and(_EXPONENT_BITS).view(_F32)
+    to nearest, ties to even, saturating at `±fmt.max`; NaN stays NaN.
+
+    Arithmetic, in 8 elementwise passes: torch has no casts to the 6- and 4-bit formats,
+    and on the CPU its float8 casts back to float32, its `round` and its table lookup
+    (`bucketize`) were each slower than all of this.
+    """
+    # With `mbits` mantissa bits, the values of the binade [2**e, 2**(e+1)) are multiples
+    # of 2**(e - mbits), and the subnormals (below 2**emin) those of the lowest binade.
+    # 2**e is |v| with its mantissa bits cleared (NaN and inf give inf: clamped to emax).
+    binade = v.view(_I32).bitwise_and(_EXPONENT_BITS).view(_F32)
     step = binade.clamp_(2.0**fmt.emin, 2.0**fmt.emax).mul_(2.0**-fmt.mbits)
-    # To an integer, ties to even: adding 2**23 leaves a float32 below 2**23 no fraction
-    # bits, so the addition rounds as IEEE does (torch.round is far slower on the CPU).
-    q = a.div_(step).add_(_SHIFTER).sub_(_SHIFTER).mul_(step)
-    return q.clamp_(max=fmt.max).copysign_(v)
+    # To an integer, ties to even: adding 1.5 * 2**23 leaves a float32 of magnitude below
+    # 2**22 no fraction bits, so the addition rounds as IEEE does.
+    q = (v / step).add_(_MAGIC).sub_(_MAGIC).mul_(step)
+    return q.clamp_(-fmt.max, fmt.max)
 
 
 class _Blocked:
     """One tensor cut into blocks `[rows, blocks, size]` (float32), with what every
-    format reads: magnitudes, block maxima, the nonzero mask."""
+    format reads: magnitudes, block maxima, nonzero counts.
 
-    __slots__ = ("a", "amax", "nonzero", "x")
+    Attributes:
+        x, a: the blocks and their magnitudes.
+        amax: each block's largest magnitude `[rows, blocks, 1]` (NaN when it holds NaN).
+        nonzero: how many values are nonzero (0-d, int64).
+        not_zero_if_exact: how many values would quantize to something nonzero if
+            nothing flushed: the nonzero values, and the zeros of blocks holding NaN
+            (which become NaN); see `_flushed`.
+    """
+
+    __slots__ = ("a", "amax", "nonzero", "not_zero_if_exact", "x")
 
     def __init__(self, x: Tensor) -> None:
         self.x = x
         self.a = x.abs()
         self.amax = self.a.amax(-1, keepdim=True)  # NaN when the block holds one
-        self.nonzero = x != 0
+        per_block = torch.count_nonzero(x, dim=-1).unsqueeze(-1)
+        self.nonzero = per_block.sum()
+        # A block holding NaN quantizes to NaN whole: its zeros do not come out zero.
+        nan_zeros = torch.where(self.amax.isnan(), x.shape[-1] - per_block, 0).sum()
+        self.not_zero_if_exact = self.nonzero + nan_zeros
 
 
 def _cut(x: Tensor, dim: int, size: int) -> Tensor | None:
@@ -122,7 +134,7 @@ def _cut(x: Tensor, dim: int, size: int) -> Tensor | None:
         return None
     x = x.movedim(dim, -1)
     length = x.shape[-1]
-    # Blocks contiguous in memory: the reductions over them, and bucketize, want that.
+    # Blocks contiguous in memory, for the reductions over them.
     x = x.reshape(-1, length).contiguous()
     pad = -length % size
     if pad:
@@ -138,11 +150,12 @@ def _mx(b: _Blocked, fmt: BlockFormat) -> list[Tensor]:
     inv = torch.where(b.amax.isnan(), NAN, _pow2(s.neg().clamp_(-126, 127)))
     v = b.x * inv
     q = _round_elements(v, fmt)
+    flushed = _flushed(q, b)
     # Per block, in scaled units, then rescaled by 4**s in float64.
     weight = _pow2_f64(s.squeeze(-1) * 2)
-    err = torch.linalg.vector_norm(q - v, dim=-1).to(F64).square_().mul_(weight).sum()
+    err = torch.linalg.vector_norm(q.sub_(v), dim=-1).to(F64).square_().mul_(weight).sum()
     x2 = torch.linalg.vector_norm(v, dim=-1).to(F64).square_().mul_(weight).sum()
-    return [err, x2, _flushed(q, b)]
+    return [err, x2, flushed]
 
 
 def _nvfp4(b: _Blocked, fmt: BlockFormat) -> list[Tensor]:
@@ -159,20 +172,22 @@ def _nvfp4(b: _Blocked, fmt: BlockFormat) -> list[Tensor]:
     # A block whose scale rounds to 0 in E4M3 flushes whole; a NaN scale keeps NaN.
     v = torch.where(scale == 0, 0.0, y / scale)
     q = _round_elements(v, fmt)
+    flushed = _flushed(q, b)
     inv2 = enc.to(F64).square().reciprocal()
-    err = torch.linalg.vector_norm(q * scale - y).to(F64).square() * inv2
+    err = torch.linalg.vector_norm(q.mul_(scale).sub_(y)).to(F64).square() * inv2
     x2 = torch.linalg.vector_norm(y).to(F64).square() * inv2
-    return [err, x2, _flushed(q, b)]
+    return [err, x2, flushed]
 
 
 def _flushed(q: Tensor, b: _Blocked) -> Tensor:
-    """How many nonzero values quantized to zero."""
-    return torch.count_nonzero((q == 0).logical_and_(b.nonzero)).to(F64)
+    """How many nonzero values quantized to zero: one count of `q`'s nonzero values (the
+    zeros of `x` stay zero unless their block holds NaN; see `_Blocked`)."""
+    return (b.not_zero_if_exact - torch.count_nonzero(q)).to(F64)
 
 
 def _dynamic_range(b: _Blocked) -> Tensor:
     """The largest log2(max|x|) - log2(min nonzero |x|) over blocks (-inf: none nonzero)."""
-    low = torch.where(b.nonzero, b.a, torch.inf).amin(-1)
+    low = torch.where(b.a == 0, torch.inf, b.a).amin(-1)
     return (b.amax.squeeze(-1).log2() - low.log2()).amax().to(F64)
 
 
@@ -211,7 +226,7 @@ class BlocksFn:
             if b is None:
                 return torch.full((self.width,), NAN, dtype=F64, device=x.device)
             if nonzero is None:
-                nonzero = torch.count_nonzero(b.nonzero).to(F64)
+                nonzero = b.nonzero.to(F64)
             parts += (_nvfp4 if fmt.scale == "e4m3" else _mx)(b, fmt)
         if _RANGE in self.config.stats:
             b = blocked(self._size(None))
@@ -219,7 +234,7 @@ class BlocksFn:
                 return torch.full((self.width,), NAN, dtype=F64, device=x.device)
             parts.append(_dynamic_range(b))
             if nonzero is None:
-                nonzero = torch.count_nonzero(b.nonzero).to(F64)
+                nonzero = b.nonzero.to(F64)
         assert nonzero is not None
         return torch.stack([nonzero, *parts])
 
