@@ -93,7 +93,9 @@ def history(
             (`"<model>"` for the root); default: all, in execution order.
         grad: `True` for the gradients, `False` for the forward values.
         kind: `"output"` (the default), `"input"`, `"param"` or `"optimizer"`.
-        formats: which formats' limits to draw; `()` for none.
+        formats: which formats' limits to draw; `()` for none. Under a block-format
+            error (`stat="nvfp4_error"`): that format's error on Gaussian data and twice
+            it, or those of the `BLOCK_FORMATS` keys named here (see `scale_plot`).
         leaves: `True` for leaf modules only (no recorded submodule); default: leaves only
             when `names` is not given and more than 40 modules match.
         max_points: the most points drawn per line (see above).

@@ -101,7 +101,9 @@ def scale_plot(
         kind: which stashes: `"output"` (the default), `"input"`, `"param"`, `"optimizer"`.
         step: the step to show; default: the last recorded step.
         formats: which formats' limits to draw (keys of `tensor_tracker.formats.FORMATS`);
-            `()` for none.
+            `()` for none. Under a block-format error (`stat="nvfp4_error"`) the range
+            limits mean nothing: the lines are then that format's error on Gaussian data
+            (its floor) and twice it, or those of the keys of `BLOCK_FORMATS` named here.
         names: which modules: a substring or regex of module names, or a list of exact
             names; default: all.
         leaves: `True` for leaf modules only (no recorded submodule), `False` for parents
