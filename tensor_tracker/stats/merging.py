@@ -45,7 +45,7 @@ _SUMS = ("abs_sum", "nonfinite", "nonzero", "sum")
 def _rules(layout: Layout) -> list[str]:
     """How each slot of `layout`'s raw vector combines: `"sum"`, `"min"`, `"max"`,
     `"mean"`, `"std0"` or `"nan"` (not combinable)."""
-    spec = layout._spec
+    spec = layout.spec
     names = {item for item in spec if isinstance(item, str) and item not in BLOCK_NAMES}
     groups, _, keys = raw_plan(names)
     rules: list[str] = []
@@ -77,9 +77,9 @@ def inexact_names(layout: Layout) -> tuple[str, ...]:
         ('median',)
     """
     out: list[str] = []
-    for config in block_items(layout._spec):
+    for config in block_items(layout.spec):
         out.extend(n + config.suffix for n in config.stats if n.startswith("nvfp4_"))
-    for item in layout._spec:
+    for item in layout.spec:
         if isinstance(item, CustomName):
             out.append(item.name)
         elif isinstance(item, Histogram) and (
