@@ -236,16 +236,7 @@ def format_lines(
         for which, style, _ in _LIMITS:
             y = math.log2(getattr(fmt, which))
             off = off or not (lo - pad <= y <= hi + pad)
-            ax.axhline(
-                y,
-                color=color,
-                linestyle=style,
-                linewidth=0.9,
-                alpha=0.7,
-                zorder=1,
-                gid=f"limit:{fmt.name}:{which}",
-                label=f"_{fmt.name} {which}",
-            )
+            _limit_line(ax, y, color, style, fmt.name, which)
         span = f"2^{math.log2(fmt.min_subnormal):.0f} .. 2^{math.log2(fmt.max):.1f}" + (
             ", off-scale" if off else ""
         )
@@ -254,6 +245,21 @@ def format_lines(
         for _, style, text in _LIMITS:
             handles.append(lines.Line2D([], [], color="gray", linestyle=style, label=text))
     return handles
+
+
+def _limit_line(ax: Axes, y: float, color: Any, style: str, name: str, which: str) -> None:
+    """One reference line across the axes, `gid` `"limit:<name>:<which>"`, left out of
+    legends (its label starts with `_`)."""
+    ax.axhline(
+        y,
+        color=color,
+        linestyle=style,
+        linewidth=0.9,
+        alpha=0.7,
+        zorder=1,
+        gid=f"limit:{name}:{which}",
+        label=f"_{name} {which}",
+    )
 
 
 def _floor_lines(ax: Axes, formats: Sequence[BlockFormat], data: Sequence[float]) -> list[Any]:
@@ -269,16 +275,7 @@ def _floor_lines(ax: Axes, formats: Sequence[BlockFormat], data: Sequence[float]
     for i, fmt in enumerate(formats):
         color = _FORMAT_COLORS[i % len(_FORMAT_COLORS)]
         for which, style, k in (("gaussian_error", "-", 1), ("twice", ":", 2)):
-            ax.axhline(
-                math.log2(fmt.gaussian_error * k),
-                color=color,
-                linestyle=style,
-                linewidth=0.9,
-                alpha=0.7,
-                zorder=1,
-                gid=f"limit:{fmt.name}:{which}",
-                label=f"_{fmt.name} {which}",
-            )
+            _limit_line(ax, math.log2(fmt.gaussian_error * k), color, style, fmt.name, which)
         handles.append(
             lines.Line2D(
                 [],
