@@ -6,7 +6,8 @@ Format (`FORMAT`, version `VERSION`), a directory holding:
 ``recording.json``
     ``{"format": "tensor_tracker.recording", "version": 1, "stats": <spec or null>,
     "writer": {"pid", "host"}, "complete": <bool>, "torch": ..., "tensor_tracker": ...}``.
-    ``stats`` is the statistics spec (names, ``{"custom": name}``, ``{"histogram": {...}}``)
+    ``stats`` is the statistics spec (names, ``{"custom": name}``, ``{"histogram": {...}}``,
+    ``{"blocks": {...}}``)
     that the raw vectors follow. ``complete`` is false while a writer may still append.
 ``sites.arrows``
     An Arrow IPC stream of ``(site int32, name, type, kind, attr)`` rows: one per module
@@ -64,7 +65,7 @@ from ..core.structure import walks_attributes
 from ..data.frame import type_name
 from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, Stats, StatsFn
-from ..stats.spec import CustomName, Statistic
+from ..stats.spec import Blocks, CustomName, Statistic
 from ..stats.store import StatsStore
 
 __all__ = [
@@ -91,15 +92,17 @@ def _require_arrow() -> Any:
 # -- the statistics spec as JSON ---------------------------------------------------------
 
 
-def spec_to_json(spec: Sequence[str | Histogram | CustomName]) -> list[Any]:
-    """A statistics spec as JSON: names as they are, histograms as dicts, custom
-    statistics by name (their functions are not saved)."""
+def spec_to_json(spec: Sequence[str | Histogram | Blocks | CustomName]) -> list[Any]:
+    """A statistics spec as JSON: names as they are, histograms and `blocks(...)` as dicts,
+    custom statistics by name (their functions are not saved)."""
     out: list[Any] = []
     for item in spec:
         if isinstance(item, str):
             out.append(item)
         elif isinstance(item, CustomName):
             out.append({"custom": item.name})
+        elif isinstance(item, Blocks):
+            out.append({"blocks": dataclasses.asdict(item)})
         else:
             out.append({"histogram": dataclasses.asdict(item)})
     return out
@@ -113,6 +116,10 @@ def spec_from_json(items: list[Any]) -> StatsFn:
             spec.append(item)
         elif "custom" in item:
             spec.append(Statistic(str(item["custom"]), _not_recomputable))
+        elif "blocks" in item:  # Blocks checks its fields as blocks() does
+            fields = dict(item["blocks"])
+            fields["stats"] = tuple(fields["stats"])
+            spec.append(Blocks(**fields))
         else:
             fields = dict(item["histogram"])
             fields["range"] = tuple(fields["range"])
