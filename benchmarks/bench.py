@@ -36,6 +36,7 @@ from tensor_tracker import Stash, rmap_tensor, stats
 from tensor_tracker.data.frame import type_name
 from tensor_tracker.persist import recording
 from tensor_tracker.persist.integrity import AppendFile
+from tensor_tracker.stats.blocking import BlocksFn
 
 # -- the plain reference implementation of the contract ------------------------------------
 
@@ -140,7 +141,31 @@ def configurations() -> dict[str, tuple[Factory, float | None]]:
             lambda m: tensor_tracker.track(m, stats=["min", "max"], on_nonfinite="raise"),
             None,
         ),
+        # Issue #30: what simulating block-scaled formats costs on top of stats=True.
+        "stats=True + mxfp8_e4m3 error/underflow": (
+            lambda m: tensor_tracker.track(m, stats=[*stats.DEFAULT, *_BLOCK["mxfp8"]]),
+            None,
+        ),
+        "stats=True + nvfp4 error/underflow": (
+            lambda m: tensor_tracker.track(m, stats=[*stats.DEFAULT, *_BLOCK["nvfp4"]]),
+            None,
+        ),
+        "stats=True + mxfp8_e4m3 and nvfp4 error/underflow": (
+            lambda m: tensor_tracker.track(m, stats=[*stats.DEFAULT, *_BLOCK["both"]]),
+            None,
+        ),
+        "  floor: minimal hooks, same kernels (stats=True, mxfp8_e4m3 and nvfp4)": (
+            _MinimalBlockStats,
+            None,
+        ),
     }
+
+
+_BLOCK = {
+    "mxfp8": ["mxfp8_e4m3_error", "mxfp8_e4m3_underflow"],
+    "nvfp4": ["nvfp4_error", "nvfp4_underflow"],
+}
+_BLOCK["both"] = _BLOCK["mxfp8"] + _BLOCK["nvfp4"]
 
 
 def paired_ratios(
@@ -194,7 +219,7 @@ def overhead_table(
                 paired_ratios(lambda: train_step(untracked, x), step_tracked, pairs)
             )
             count = len(tracker.stashes)
-            if type(tracker) is _MinimalStats:
+            if type(tracker) in (_MinimalStats, _MinimalBlockStats):
                 count //= 4  # four numbers per tensor
             held = f"{tracker.nbytes:,}" if isinstance(tracker, tensor_tracker.Tracker) else "-"
         if target is None:
@@ -274,6 +299,21 @@ class _MinimalStats(_NoOpHooks):
             self._stats(output)
             if output.grad_fn is not None:
                 output.grad_fn.register_prehook(self._pre)
+
+
+class _MinimalBlockStats(_MinimalStats):
+    """The floor of the block-format rows: `_MinimalStats`' four numbers, then the block
+    kernels of the library itself (`stats.blocking.BlocksFn`, MXFP8 E4M3 and NVFP4 error
+    and underflow), their results kept on the device as a tracker keeps them."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        self.blocks = BlocksFn(stats.blocks(*_BLOCK["both"]))
+        self.raw: list[Tensor] = []
+
+    def _stats(self, tensor: Tensor) -> None:
+        super()._stats(tensor)
+        self.raw.append(self.blocks(tensor.detach()))
 
 
 class _MinimalSums(_MinimalStats):

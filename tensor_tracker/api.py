@@ -482,8 +482,10 @@ def track(
     Choosing what to keep (memory):
         - `stats=True`: keep a few statistics per tensor (mean, std, rms, abs_max, min, max,
           numel) computed on the tensor's device, instead of a copy. Also a list of names
-          (`stats=["rms", "fp16_overflow"]`), custom `("name", fn)` pairs, or
-          `tensor_tracker.stats.histogram()`; see `tensor_tracker.stats`.
+          (`stats=["rms", "fp16_overflow"]`, or block-scaled formats simulated:
+          `"mxfp8_e4m3_error"`, `"nvfp4_underflow"`, ...), custom `("name", fn)` pairs,
+          `tensor_tracker.stats.histogram()` or `tensor_tracker.stats.blocks()`; see
+          `tensor_tracker.stats`.
         - `device=None` keeps copies on the tensor's device; `dtype=torch.bfloat16` stores
           them in a smaller dtype; `sample=1000` keeps 1000 random elements (seeded by
           `seed`); `non_blocking=True` copies from a GPU to pinned memory asynchronously.

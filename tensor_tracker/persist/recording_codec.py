@@ -22,7 +22,7 @@ from ..core.structure import walks_attributes
 from ..data.frame import type_name
 from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, Stats, StatsFn
-from ..stats.spec import CustomName, Statistic
+from ..stats.spec import Blocks, CustomName, Statistic
 
 __all__ = [
     "JOURNAL",
@@ -55,13 +55,15 @@ MAX_BINS = 1 << 20  # histogram bins a recording may declare (8 MiB per raw vect
 # -- the statistics spec as JSON ---------------------------------------------------------
 
 
-def spec_to_json(spec: Sequence[str | Histogram | CustomName]) -> list[Any]:
+def spec_to_json(spec: Sequence[str | Histogram | Blocks | CustomName]) -> list[Any]:
     out: list[Any] = []
     for item in spec:
         if isinstance(item, str):
             out.append(item)
         elif isinstance(item, CustomName):
             out.append({"custom": item.name})
+        elif isinstance(item, Blocks):
+            out.append({"blocks": dataclasses.asdict(item)})
         else:
             out.append({"histogram": dataclasses.asdict(item)})
     return out
@@ -88,6 +90,12 @@ def spec_from_json(items: Any) -> StatsFn:
                     raise RecordingError(f"a histogram range of {fields.get('range')!r}")
                 fields["range"] = tuple(fields["range"])
                 spec.append(Histogram(**fields))
+            elif isinstance(item, dict) and isinstance(item.get("blocks"), dict):
+                fields = dict(item["blocks"])
+                if not isinstance(fields.get("stats"), (list, tuple)):
+                    raise RecordingError(f"block statistics {fields.get('stats')!r}"[:200])
+                fields["stats"] = tuple(fields["stats"])
+                spec.append(Blocks(**fields))  # which checks every field as blocks() does
             else:
                 raise RecordingError(f"an unknown statistic {item!r}"[:200])
         return StatsFn(spec)

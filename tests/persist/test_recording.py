@@ -96,8 +96,16 @@ def _same(a: Any, b: Any) -> bool:
         {"stats": ["rms", "nonfinite", tensor_tracker.stats.histogram(bins=4)]},
         {"stats": [("l1", lambda x: x.abs().sum())]},
         {"stash_value": lambda x: float(x.float().std())},
+        {
+            "stats": [
+                "rms",
+                "nvfp4_error",
+                "block_dynamic_range",
+                tensor_tracker.stats.blocks("mxfp4_e2m1_underflow", dim=0, suffix="_dim0"),
+            ]
+        },
     ],
-    ids=["copies", "bf16", "stats", "histogram", "custom-stat", "floats"],
+    ids=["copies", "bf16", "stats", "histogram", "custom-stat", "floats", "block-formats"],
 )
 def test_save_and_load_round_trip_every_value(tmp_path: Path, options: dict[str, Any]) -> None:
     model = _model()
