@@ -218,6 +218,16 @@ CASES: list[tuple[str, Call, type, str]] = [
     ("combine empty", lambda e: stats.combine([]), V, "stats"),
     ("combine type", lambda e: stats.combine([5]), T, "stats"),
     ("Stats.edges", lambda e: e.stats[0].value.edges(5), T, "name"),
+    ("blocks block_size", lambda e: stats.blocks("nvfp4_error", block_size=0), V, "block_size"),
+    (
+        "blocks block_size str",
+        lambda e: stats.blocks("nvfp4_error", block_size="16"),
+        T,
+        "block_size",
+    ),
+    ("blocks dim", lambda e: stats.blocks("nvfp4_error", dim="x"), T, "dim"),
+    ("blocks name", lambda e: stats.blocks("nope"), V, "stats"),
+    ("diagnose block_error", lambda e: tt.diagnose(e.stats, block_error=0), V, "block_error"),
     ("stats_table type", lambda e: stats.stats_table([5]), T, "stats"),
     ("inexact_names", lambda e: stats.inexact_names(5), T, "layout"),
     # plots

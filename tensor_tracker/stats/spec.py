@@ -256,11 +256,7 @@ class Blocks:
         object.__setattr__(self, "stats", tuple(stats))
         if not isinstance(self.dim, int) or isinstance(self.dim, bool):
             raise ArgumentTypeError(f"blocks(dim=...) must be an int, got {self.dim!r}")
-        size = self.block_size
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-            raise ArgumentValueError(
-                f"blocks(block_size=...) must be a positive int or None, got {size!r}"
-            )
+        check_count(self.block_size, "blocks(block_size=...)", "elements per block", optional=True)
         if not isinstance(self.suffix, str):
             raise ArgumentTypeError(f"blocks(suffix=...) must be a str, got {self.suffix!r}")
 
