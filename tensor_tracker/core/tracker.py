@@ -53,6 +53,7 @@ from .graph_sink import (
     traces_gradients,
 )
 from .memo import RecentTensors
+from .naming import module_names
 from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn, keep
 from .structure import iter_leaves, iter_tensors
@@ -211,32 +212,6 @@ def stash(name: str, value: Any, role: str | None = None) -> Any:
     for tracker in list(_ACTIVE):
         tracker._stash_named(name, value, frame, kind)
     return value
-
-
-_COMPILED_PREFIX = re.compile(r"^_orig_mod\.?")
-
-
-def _is_compiled(module: nn.Module) -> bool:
-    return type(module).__name__ == "OptimizedModule" and isinstance(
-        getattr(module, "_orig_mod", None), nn.Module
-    )
-
-
-def _is_ddp(module: nn.Module) -> bool:
-    return type(module).__name__ == "DistributedDataParallel" and isinstance(
-        getattr(module, "module", None), nn.Module
-    )
-
-
-def _unwrapped_name(name: str, wrappers: list[str]) -> str:
-    """`name` without the `module.` that the DDP wrappers named in `wrappers` add."""
-    for wrapper in wrappers:
-        inner = f"{wrapper}.module" if wrapper else "module"
-        if name == inner:
-            return wrapper
-        if name.startswith(inner + "."):
-            return (f"{wrapper}." if wrapper else "") + name[len(inner) + 1 :]
-    return name
 
 
 class _Guarded:
@@ -522,20 +497,16 @@ class Recorder:
         check_bool(grad, "grad=")
         include_re = compile_pattern(include, "include")
         exclude_re = compile_pattern(exclude, "exclude")
-        wrappers: list[str] = []
-        for name, child in module.named_modules():
+        # Names as everywhere (`naming`): wrappers (compile, DDP, FSDP) left out, the
+        # module they wrap under their name; an aliased module once, by its first name.
+        names = {id(child): name for name, child in module_names(module)}
+        for child in module.modules():
             compiled = compiled_callable(child)
             if compiled is not None:
                 self._compiled.append(compiled)  # before registering: _attach looks at it
-            if _is_compiled(child):
-                continue  # its _orig_mod is registered instead, under the same name
-            # torch.compile wraps modules; they keep the names they have uncompiled.
-            name = _COMPILED_PREFIX.sub("", name.replace("._orig_mod", ""))
-            # So does DistributedDataParallel (its `.module` is registered under its name).
-            name = _unwrapped_name(name, wrappers)
-            if _is_ddp(child):
-                wrappers.append(name)
-                continue
+            name = names.get(id(child))
+            if name is None:
+                continue  # a wrapper
             if include_re is not None and not include_re.search(name):
                 continue
             if exclude_re is not None and exclude_re.search(name):
