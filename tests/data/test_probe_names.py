@@ -12,7 +12,6 @@ import socket
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
