@@ -488,7 +488,10 @@ class Recorder:
     ) -> None:
         """`register` every module of `module.named_modules()` whose name matches `include`
         (or `include` is None) and does not match `exclude` (both searched with `re.search`).
-        The root's name is `""`; children have dotted names like `"0.linear"`.
+        The root's name is `""`; children have dotted names like `"0.linear"`. A module
+        held under two names is registered once, under the first; wrappers (torch.compile,
+        DDP, FSDP, activation checkpointing) are not registered, the module they wrap is,
+        under the wrapper's name: the names of the plain model (see `naming`).
 
         Example:
             >>> tracker.register_all(model, include=r"layers\\.\\d+$", exclude="dropout")

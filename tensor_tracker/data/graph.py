@@ -66,8 +66,9 @@ class GraphNode:
     Attributes:
         id: unique: `"<name>#<call>"`, `"<parent id>/input"`, `"<parent id>/output"`,
             `"<parent id>/group<k>"`.
-        name: the module's name (`""` for the model); `call`: which call of it. A group's
-            name is the range of calls it holds, `"layers.0 … layers.99"`.
+        name: the module's name as `track()` names it (`""` for the model); `call`: which
+            call of it. A group's name is the range of calls it holds, `"layers.0 …
+            layers.99"`.
         type: the class name (a group's: `"Linear \u00d7100"`, or the count and the types);
             `kind`: `"module"`, `"input"`, `"output"` or `"group"`.
         parent: the id of the enclosing call, or of the group that holds the call (`None`
@@ -401,6 +402,8 @@ def module_graph(
 ) -> ModuleGraph:
     """Run `model(*inputs, **kwargs)` once (with autograd recording) and return its module
     graph at every level (see the module docstring). The hooks are removed afterwards.
+    Modules are named as `track()` names them; a compiled model runs eagerly for the pass,
+    as the Python it was compiled from (autograd sees its modules' operations there).
 
     Args:
         model: the model.

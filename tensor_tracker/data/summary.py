@@ -45,7 +45,8 @@ class ModuleCall:
     """One call of one module in the summarised pass (see `summary`).
 
     Attributes:
-        name: the module's name (`""` for the model itself); `type`: its class name.
+        name: the module's name (`""` for the model itself), as `track()` names it;
+            `type`: its class name.
         depth: nesting depth (0 for the model); `call`: which call of this module.
         parent: index of the enclosing call in `Summary.calls` (-1 for the model's call).
         input_shapes, input_dtypes, output_shapes, output_dtypes: one entry per tensor.
@@ -108,7 +109,8 @@ def _dtypes(tensors: list[Tensor]) -> list[str]:
 
 
 class _Recorder:
-    """The hooks of one summary pass. They note marks on `clock` (resolved to times after
+    """The hooks of one summary pass (`CallHooks`, with the gradient and autograd node
+    hooks it adds, all removed by `remove()`). They note marks on `clock` (resolved to times after
     the pass), NaN/inf flags as device tensors, shapes, and, with `memory`, the CUDA
     allocator's figures; nothing waits for a device.
 
@@ -289,7 +291,8 @@ class Summary:
         total_params, trainable_params, param_bytes: of the whole model, each parameter once.
         forward_ms, backward_ms: the whole pass (NaN where not measured).
         timing: how times were measured: `"wall clock"` (CPU), `"CUDA events"` (GPU) or
-            `"not measured"` (a tracker's recording).
+            `"not measured"` (a tracker's recording); followed by `", run eagerly (not the
+            compiled code)"` for a compiled model (see `summary`).
         device: the CUDA device whose memory was measured (`None` on the CPU).
         peak_bytes: on a GPU, the most the pass had allocated at once above what was
             allocated before it (`None` on the CPU).
@@ -467,6 +470,12 @@ def summary(
     outside every module (the loss, accumulating parameter gradients) counts only in
     `Summary.backward_ms`. The model's gradients are left as the backward pass made them
     (call `zero_grad()`).
+
+    Modules are named as `track()` names them (an aliased module by its first name; a
+    compiled, DDP or FSDP model by the names of the plain model). A compiled model runs
+    eagerly for the pass, as the Python it was compiled from (its compiled code stays for
+    later calls): a compiled graph fuses the modules' operations, so per-module shapes and
+    times exist only there; the times are the eager model's, as `timing` says.
 
     On the CPU, times are wall clock. When the model or its inputs are on a GPU, times come
     from CUDA events recorded on the current stream in the hooks and read after the pass
