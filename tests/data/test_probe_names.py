@@ -1,27 +1,25 @@
 """Issue 27: the one-pass probes (`summary` and its timeline, `module_graph`,
 `autograd_graph`) hook modules through core's `CallHooks` and name them as `track()` does:
-an aliased module by its first name, compiled, DDP and checkpoint-wrapped models by the
-names of the plain model. A compiled model is probed by running it eagerly."""
+an aliased module by its first name, compiled and DDP models by the names of the plain
+model. A compiled model is probed by running it eagerly; a checkpoint's recomputation in
+the backward pass is no call of the pass."""
 
 from __future__ import annotations
 
 import math
-import os
 import pickle
-import socket
-import time
 import traceback
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import tensor_tracker
 from tensor_tracker import autograd_graph, module_graph, summary, track
+from tests.helpers import spawn
 
 TIMEOUT = 120.0
 
@@ -148,35 +146,14 @@ def _ddp_worker(rank: int, port: int, out: str) -> None:
         names = probe_names(model, torch.randn(2, 4))
         (Path(out) / "names.pkl").write_bytes(pickle.dumps(names))
     except BaseException:
-        (Path(out) / "error.txt").write_text(traceback.format_exc())
+        (Path(out) / "rank0.err").write_text(traceback.format_exc())
         raise
     finally:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_ddp_model_has_the_plain_models_names_everywhere(tmp_path: Path) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    context = mp.start_processes(
-        _ddp_worker, args=(_free_port(), str(tmp_path)), nprocs=1, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        while not context.join(timeout=max(deadline - time.monotonic(), 0.1)):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the DDP process did not finish in {TIMEOUT:.0f} s")
-    except mp.ProcessRaisedException as error:
-        errors = (tmp_path / "error.txt").read_text() if (tmp_path / "error.txt").exists() else ""
-        pytest.fail(f"the DDP process failed:\n{errors or error}")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.terminate()
+    spawn(_ddp_worker, 1, tmp_path, TIMEOUT)
     check_names(pickle.loads((tmp_path / "names.pkl").read_bytes()))
 
 
