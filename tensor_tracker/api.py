@@ -18,13 +18,13 @@ from ._validate import check_bool, check_choices, check_int, check_type
 from .core.dist import gather_objects
 from .core.records import StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
-from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
+from .core.tracker import Pattern, Recorder, check_module, compile_pattern
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
-from .data.ranks import combined_frame, merge, part_of
-from .data.recording import RecordingWriter, _spec_of, read_recording
-from .data.summary import Summary, recorded_summary
 from .errors import ArgumentValueError, NonFiniteError, TrackerStateError
+from .persist.ranks import combined_frame, merge, part_of
+from .persist.recording import RecordingWriter, read_recording, spec_of
+from .probe.summary import Summary, recorded_summary
 from .stats import StatsFn, parse
 from .stats.store import StatsStore
 
@@ -209,7 +209,7 @@ class Tracker(Recorder):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write everything recorded (records, statistics, full copies, scalars and notes,
         module names and type names) to the directory `path`, in the documented format of
-        `tensor_tracker.data.recording` (Arrow streams, safetensors, JSON; no pickle).
+        `tensor_tracker.persist.recording` (Arrow streams, safetensors, JSON; no pickle).
         Read it back anywhere with `tensor_tracker.load(path)`. Needs the `[save]` extra
         (pyarrow, safetensors).
 
@@ -226,7 +226,7 @@ class Tracker(Recorder):
         """
         self._sync()
         existed = Path(path).exists()
-        writer = RecordingWriter(path, _spec_of(self.stashes))
+        writer = RecordingWriter(path, spec_of(self.stashes))
         try:
             writer.write(self.stashes)
             writer.log(self.logged)
@@ -489,7 +489,7 @@ def track(
             `on_nonfinite=` without the statistics it reads.
         Nothing is attached to the model when an argument is rejected.
     """
-    _check_module(module)
+    check_module(module)
     check_bool(grad, "grad=")
     compile_pattern(include, "include")
     compile_pattern(exclude, "exclude")
@@ -536,7 +536,7 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
     check_type(path, (str, os.PathLike), "stream_to=", "a directory path")
     if tracker.rank is not None:  # each rank writes its own part of the run directory
         path = Path(path) / f"rank-{tracker.rank}"
-    writer = RecordingWriter(path, _spec_of(tracker.stashes))
+    writer = RecordingWriter(path, spec_of(tracker.stashes))
 
     def flush(block_ended: bool) -> None:
         tracker._sync()

@@ -55,7 +55,7 @@ from .graph_sink import (
 from .memo import RecentTensors
 from .naming import module_names
 from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
-from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn, keep
+from .stash_fns import BoundDefaultStash, default_stash_value, get_stash_fn, keep
 from .structure import iter_leaves, iter_tensors
 
 __all__ = ["CAPTURE", "Pattern", "Recorder", "stash"]
@@ -80,7 +80,8 @@ def compile_pattern(pattern: Pattern, argument: str) -> re.Pattern[str] | None:
         ) from None
 
 
-def _check_module(module: Any, argument: str = "module") -> None:
+def check_module(module: Any, argument: str = "module") -> None:
+    """Raise `ArgumentTypeError` naming `argument` unless `module` is an `nn.Module`."""
     check_type(module, nn.Module, argument, "a torch.nn.Module (the model to track)")
 
 
@@ -357,7 +358,7 @@ class Recorder:
         # stashes built by a user's own StashFn need the tracker to stamp call/step/kind.
         self._default_value: StashValueFn | None = (
             _guard(self._stash_fn.stash_value)
-            if isinstance(self._stash_fn, _BoundDefaultStash)
+            if isinstance(self._stash_fn, BoundDefaultStash)
             else None
         )
         stash_value = getattr(self._stash_fn, "stash_value", None)
@@ -469,7 +470,7 @@ class Recorder:
         Example:
             >>> tracker.register(model[0], "first", grad=False)
         """
-        _check_module(module)
+        check_module(module)
         check_type(name, str, "name", "the module's name (str)")
         check_bool(grad, "grad=")
         registration = _Registration(module, name, grad)
@@ -496,7 +497,7 @@ class Recorder:
         Example:
             >>> tracker.register_all(model, include=r"layers\\.\\d+$", exclude="dropout")
         """
-        _check_module(module)
+        check_module(module)
         check_bool(grad, "grad=")
         include_re = compile_pattern(include, "include")
         exclude_re = compile_pattern(exclude, "exclude")

@@ -13,9 +13,9 @@ from typing import Any
 
 from .._optional import require
 from .._validate import check_type
-from ..data.graph import ModuleGraph
 from ..data.select import display_name, short_labels
 from ..errors import ArgumentTypeError
+from ..probe.graph import ModuleGraph
 from ..stats.formats import FORMATS
 from ._columns import columns_of
 

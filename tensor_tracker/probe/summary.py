@@ -29,9 +29,9 @@ from ..core.calls import CallHooks, eager_calls
 from ..core.grad_hooks import hook_grad
 from ..core.records import Stash
 from ..core.structure import iter_leaves, iter_tensors
+from ..data.frame import type_name
+from ..data.nonfinite import nonfinite_flags
 from ..errors import ArgumentTypeError, ArgumentValueError
-from .frame import type_name
-from .nonfinite import nonfinite_flags
 from .timeline import Clock, CudaMemory, EventClock, NonFiniteFlags, WallClock
 
 if TYPE_CHECKING:
