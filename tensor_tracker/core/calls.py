@@ -15,17 +15,14 @@ lives here, once:
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from .._torch_compat import graph_task_id
+from .._torch_compat import eager_calls, graph_task_id
 from .naming import module_names
 
 __all__ = ["CallHooks", "PostHook", "PreHook", "eager_calls"]
@@ -35,33 +32,6 @@ PreHook = Callable[[str, nn.Module, tuple[Any, ...], dict[str, Any]], None]
 
 PostHook = Callable[[str, nn.Module, tuple[Any, ...], dict[str, Any], Any], None]
 """Called as a module call ends: `(name, module, args, kwargs, output)`."""
-
-
-@contextlib.contextmanager
-def eager_calls() -> Iterator[None]:
-    """While it lasts, what `torch.compile` compiled (a compiled model, `module.compile()`,
-    compiled functions inside a model) runs eagerly, as the Python it was compiled from;
-    the compiled code is kept for later calls. Nothing is imported when nothing was ever
-    compiled in this process.
-
-    Example:
-        >>> compiled = torch.compile(model)
-        >>> with eager_calls():
-        ...     compiled(x).shape  # runs model's forward as Python, compiling nothing
-        torch.Size([8, 4])
-    """
-    if "torch._dynamo" not in sys.modules:  # nothing was compiled
-        yield
-        return
-    set_stance = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
-    if set_stance is not None:
-        with set_stance("force_eager"):
-            yield
-        return
-    from torch._dynamo import config
-
-    with config.patch(disable=True):  # older torch: compiles nothing new
-        yield
 
 
 class CallHooks:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import pickle
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -165,3 +167,15 @@ def test_the_probes_leave_no_hook_behind() -> None:
     autograd_graph(model, x)
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     assert tensor_tracker.core.naming.module_names(model)[0][1] is model._orig_mod
+
+
+def test_probing_an_uncompiled_model_imports_no_compiler() -> None:
+    # Importing TorchDynamo takes seconds, and makes track() guard its hooks against it.
+    code = (
+        "import sys, torch, tensor_tracker as tt\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(2, 2))\n"
+        "x = torch.randn(3, 2)\n"
+        "tt.summary(model, x); tt.module_graph(model, x); tt.autograd_graph(model, x)\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=TIMEOUT)
