@@ -6,7 +6,7 @@ import os
 import re
 import shutil
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,11 +14,12 @@ import torch
 from torch import Tensor, nn
 
 from ._optional import require
-from ._validate import check_bool, check_choices, check_int, check_type
+from ._validate import check_choices, check_int, check_type
 from .core.dist import gather_objects
-from .core.records import StashFn, StashValueFn
+from .core.options import Options
+from .core.records import LogEntry, StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
-from .core.tracker import Pattern, Recorder, check_module, compile_pattern
+from .core.tracker import Pattern, Recorder, check_module
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
 from .errors import ArgumentValueError, NonFiniteError, TrackerStateError
@@ -39,8 +40,8 @@ class Tracker(Recorder):
 
     A tracker is a sequence of stashes (`len`, indexing, iteration, in recording order) and a
     context manager that removes its hooks on exit. The recording itself (hooks, `step`,
-    `capture=`, `every=`, memory budget) is `tensor_tracker.core.tracker.Recorder`'s; see
-    there for the arguments. A `Tracker` adds the ways to read what was recorded.
+    `capture=`, `every=`, memory budget) is `tensor_tracker.core.tracker.Recorder`'s; the
+    arguments are described in `tensor_tracker.core.options.Options`. A `Tracker` adds the ways to read what was recorded.
 
     Example:
         >>> tracker = Tracker()
@@ -83,6 +84,17 @@ class Tracker(Recorder):
     row_ranks: Any = None
     """The rank of each record (an `array`) of a tracker holding several ranks' records
     (`gather`, `load` of a run directory); `None` otherwise."""
+
+    @classmethod
+    def _of_ranks(
+        cls, stash_fn: StashFn | None, parts: Sequence[Any], logged: list[LogEntry]
+    ) -> Tracker:
+        """A tracker (no hooks) holding several ranks' records: `parts` as `merge` takes
+        them, in rank order."""
+        merged = cls(stash_fn)
+        merged.row_ranks = merge(parts, merged.stashes)
+        merged.logged = logged
+        return merged
 
     def _ranks(self) -> Any:
         """The rank of each row, or `None` outside `torch.distributed`."""
@@ -129,9 +141,7 @@ class Tracker(Recorder):
         parts = gather_objects(part, dst, group)
         if parts is None:
             return None
-        merged = Tracker(self._stash_fn)
-        merged.row_ranks = merge(parts, merged.stashes)
-        merged.logged = [e for p in parts for e in p.log]
+        merged = Tracker._of_ranks(self._stash_fn, parts, [e for p in parts for e in p.log])
         merged.rank, merged.world_size = self.rank, self.world_size
         return merged
 
@@ -272,9 +282,11 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     if parts:
         recordings = [(rank, read_recording(part, recover=recover)) for rank, part in parts]
         stats = recordings[0][1].stats
-        tracker = Tracker(get_stash_fn(stats) if stats is not None else None)
-        tracker.row_ranks = merge([(r, rec.columns) for r, rec in recordings], tracker.stashes)
-        tracker.logged = [e for _, rec in recordings for e in rec.log]
+        tracker = Tracker._of_ranks(
+            get_stash_fn(stats) if stats is not None else None,
+            [(r, rec.columns) for r, rec in recordings],
+            [e for _, rec in recordings for e in rec.log],
+        )
         tracker.world_size = len(parts)
         return tracker
     recording = read_recording(path, recover=recover)
@@ -440,20 +452,13 @@ def track(
 
     Args:
         module: the model (any `torch.nn.Module`).
-        grad: also record gradients.
-        include: only modules whose name matches this regex (string or compiled).
-        exclude: skip modules whose name matches this regex.
+        grad, include, exclude, capture, optimizer, every, train_only, max_bytes,
+            keep_steps: which modules and what of them to record, and how much to keep;
+            each is described once, in `tensor_tracker.core.options.Options` (the object
+            `track` builds from them and checks before touching the model).
         stash_value: transform applied to each stashed tensor.
         stash: builds each `Stash` from an `Event` (excludes `stash_value`).
         stats: `True`, statistic names, or custom statistics (see above).
-        capture: `"outputs"`, `"inputs"`, `"params"`, or several of them.
-        optimizer: record this optimizer's state for the tracked parameters.
-        every: record every N-th step only (or `{kind: N}` per kind of step, see
-            `Tracker.step`).
-        train_only: record only modules in training mode.
-        max_bytes: memory budget for the stashes.
-        keep_steps: keep only the current step and the `keep_steps - 1` before it (a
-            flight recorder of full copies; see below).
         device: where full copies go (`None`: stay on the tensor's device).
         dtype: dtype of full copies.
         sample: keep this many random elements of each tensor.
@@ -490,9 +495,6 @@ def track(
         Nothing is attached to the model when an argument is rejected.
     """
     check_module(module)
-    check_bool(grad, "grad=")
-    compile_pattern(include, "include")
-    compile_pattern(exclude, "exclude")
     copy = CopyValue(device, dtype, sample, seed, non_blocking)  # checks their types
     copy_options = (device, dtype, sample, seed, non_blocking) != ("cpu", None, None, 0, False)
     custom = [n for n, v in (("stash", stash), ("stash_value", stash_value)) if v is not None]
@@ -514,8 +516,11 @@ def track(
         stash_value = parse(stats)
     elif not custom:
         stash_value = copy
-    tracker = Tracker(
+    options = Options(
         get_stash_fn(stash_value, stash),
+        grad=grad,
+        include=include,
+        exclude=exclude,
         capture=capture,
         optimizer=optimizer,
         every=every,
@@ -523,11 +528,14 @@ def track(
         max_bytes=max_bytes,
         keep_steps=keep_steps,
     )
+    tracker = Tracker(options=options)
     if on_nonfinite is not None:
         _arm_tripwire(tracker, on_nonfinite)
     if stream_to is not None:
         _stream(tracker, stream_to)
-    tracker.register_all(module, grad=grad, include=include, exclude=exclude)
+    tracker.register_all(
+        module, grad=options.grad, include=options.include, exclude=options.exclude
+    )
     return tracker
 
 
@@ -547,8 +555,7 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
         if block_ended:
             writer.pause()
 
-    tracker._flush = flush
-    tracker.stream_path = Path(path)
+    tracker.on_flush(flush, Path(path))
 
 
 def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | None], Any]) -> None:
@@ -593,4 +600,4 @@ def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | No
             assert callable(on_nonfinite)
             on_nonfinite(found)
 
-    tracker._watch_nonfinite(store.nonfinite, handler, store.notice)
+    tracker.watch_nonfinite(store.nonfinite, handler, store.notice)
