@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from torch import nn
 
-__all__ = ["WRAPPERS", "module_names", "parameter_names", "wrapped_module"]
+__all__ = ["WRAPPERS", "module_names", "parameter_names", "unwrapped", "wrapped_module"]
 
 WRAPPERS = {
     "OptimizedModule": "_orig_mod",
@@ -41,6 +41,20 @@ def wrapped_module(module: nn.Module) -> nn.Module | None:
     attr = WRAPPERS.get(type(module).__name__)
     inner = None if attr is None else module._modules.get(attr)
     return inner if isinstance(inner, nn.Module) else None
+
+
+def unwrapped(model: nn.Module) -> nn.Module:
+    """`model` without the `WRAPPERS` around it: the module whose name is `""`.
+
+    Example:
+        >>> inner = nn.Linear(2, 2)
+        >>> unwrapped(torch.compile(inner)) is inner
+        True
+    """
+    inner = wrapped_module(model)
+    while inner is not None:
+        model, inner = inner, wrapped_module(inner)
+    return model
 
 
 def module_names(model: nn.Module) -> list[tuple[str, nn.Module]]:
