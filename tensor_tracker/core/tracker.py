@@ -178,6 +178,9 @@ class Recorder(CompiledHooks):
         self._flush: Callable[[bool], None] | None = None
         self.stream_path: Any = None
         """The directory `track(..., stream_to=...)` writes to (None otherwise)."""
+        self.complete: bool | None = None
+        """For a `load`ed recording: whether its writer closed it (`False` while a writer
+        still appends, or after it was killed mid-run); `None` for a live tracker."""
         self.rank: int | None = None
         """This process's rank under `torch.distributed` (`None` without it): read when the
         tracker is made and when a `with` block starts, never in a hook; `to_frame()` then

@@ -714,3 +714,28 @@ def test_returned_figure_displays_in_ipython_without_a_backend() -> None:
         assert data["image/png"][:4] == b"\x89PNG"
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_scale_plot_of_a_block_format_error_draws_its_floor() -> None:
+    # Issue #30: range limits mean nothing for a block-format error; its floor does.
+    from tensor_tracker.stats.formats import BLOCK_FORMATS
+
+    model = tiny_model()
+    t = train(model, track(model, stats=["rms", "nvfp4_error", "mxfp8_e4m3_error"]))
+    ax = plot.scale_plot(t, stat="nvfp4_error").axes[0]
+    floor = BLOCK_FORMATS["nvfp4"].gaussian_error
+    assert limit_lines(ax) == pytest.approx(
+        {"limit:nvfp4:gaussian_error": math.log2(floor), "limit:nvfp4:twice": math.log2(2 * floor)}
+    )
+    assert any("NVFP4 error of Gaussian data" in text for text in legend_texts(ax))
+    i = [x.get_text() for x in ax.get_xticklabels()].index("blocks.0")
+    expected = find(t, "blocks.0").first_value["nvfp4_error"].item()
+    assert series(ax, "forward").get_ydata()[i] == pytest.approx(math.log2(expected))
+    # several block formats' floors, to compare; range formats are left out
+    ax = plot.scale_plot(t, stat="mxfp8_e4m3_error", formats=["fp16", "mxfp8_e4m3", "nvfp4"])
+    assert {g.rsplit(":", 1)[0] for g in limit_lines(ax.axes[0])} == {
+        "limit:mxfp8_e4m3",
+        "limit:nvfp4",
+    }
+    with pytest.raises(ValueError, match="no fixed range"):
+        plot.scale_plot(t, formats=["nvfp4"])

@@ -10,7 +10,12 @@ import pytest
 from tools import notebooks as _notebooks
 
 DOC = Path(__file__).resolve().parents[2] / "doc"
-NOTEBOOKS = [DOC / "Usage.ipynb", DOC / "Example.ipynb", DOC / "Compare.ipynb"]
+NOTEBOOKS = [
+    DOC / "Usage.ipynb",
+    DOC / "Example.ipynb",
+    DOC / "Compare.ipynb",
+    DOC / "BlockFormats.ipynb",
+]
 
 # What executing them needs, beyond the package itself.
 REQUIRED = {
