@@ -17,7 +17,6 @@ import ipywidgets
 from tensor_tracker import Tracker, track, widgets
 from tests.helpers import stash, tiny_model
 
-
 SVG = "http://www.w3.org/2000/svg"
 
 
