@@ -1,5 +1,8 @@
-"""Trackers of a small transformer that several test modules read (never modify), and how
-the tests are shared among pytest-xdist workers."""
+"""Trackers of a small transformer that several test modules read (never modify).
+
+Under pytest-xdist (`./dev test` runs `-n auto --dist loadfile`) each worker builds these
+once; a file's tests stay on one worker, so that a module's fixture (a browser, a JupyterLab
+server, spawned ranks, a real-size model) is built once."""
 
 from __future__ import annotations
 
@@ -7,20 +10,6 @@ import pytest
 
 from tensor_tracker import Tracker, stats, track
 from tests.helpers import tiny_model, train
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep the tests of a module that share a module-scoped fixture (a browser, a JupyterLab
-    server, spawned ranks, a real-size model) on one pytest-xdist worker (`--dist loadgroup`,
-    as `./dev test` runs them), so that the fixture is built once; other tests go to
-    whichever worker is free. Session fixtures (below) are built once per worker."""
-    for item in items:
-        fixtures = getattr(item, "_fixtureinfo", None)
-        if fixtures is None:  # not a Python test function (e.g. a doctest)
-            continue
-        if any(defs[-1].scope == "module" for defs in fixtures.name2fixturedefs.values()):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,8 @@ from tensor_tracker import Tracker, track
 from tensor_tracker.core.graph_sink import traces_gradients as graph_gradients
 from tests.helpers import batch, mlp, tiny_model
 
+pytestmark = pytest.mark.slow  # torch.compile compiles for seconds in every test
+
 KEYS = ["name", "grad", "call", "step", "kind", "attr"]
 STATS = ["mean", "std", "rms", "min", "max", "numel"]
 

@@ -568,6 +568,7 @@ def test_umap_plot_pca_draws_the_principal_components_worked_by_hand() -> None:
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("PC 1", "PC 2")
 
 
+@pytest.mark.slow
 def test_umap_plot_with_umap_learn(full: Tracker) -> None:
     pytest.importorskip("umap")
     model = tiny_model()
