@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from .._validate import check_int, check_type
-from ..data.graph import ModuleGraph
 from ..errors import ArgumentValueError
+from ..probe.graph import ModuleGraph
 from ._report import page
 
 __all__ = ["GraphView", "graph_view"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copyreg
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
@@ -61,6 +62,16 @@ def layout_from_spec(spec: tuple[str | Histogram | CustomName, ...]) -> Layout:
         ]
         layout = _UNPICKLED_LAYOUTS[spec] = StatsFn(items).layout
     return layout
+
+
+def _reduce_layout(layout: Layout) -> tuple[Any, ...]:
+    return (layout_from_spec, (layout.spec,))
+
+
+# A layout's derivers are closures: it pickles as the spec that rebuilds it. Registered
+# here rather than as `Layout.__reduce__`, since rebuilding needs `StatsFn` and `layout`
+# sits below this module.
+copyreg.pickle(Layout, _reduce_layout)
 
 
 class StatsFn:

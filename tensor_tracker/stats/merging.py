@@ -40,7 +40,7 @@ _SUMS = ("abs_sum", "nonfinite", "nonzero", "sum")
 def _rules(layout: Layout) -> list[str]:
     """How each slot of `layout`'s raw vector combines: `"sum"`, `"min"`, `"max"`,
     `"mean"`, `"std0"` or `"nan"` (not combinable)."""
-    spec = layout._spec
+    spec = layout.spec
     names = {item for item in spec if isinstance(item, str)}
     groups, _, keys = raw_plan(names)
     rules: list[str] = []
@@ -69,7 +69,7 @@ def inexact_names(layout: Layout) -> tuple[str, ...]:
         ('median',)
     """
     out: list[str] = []
-    for item in layout._spec:
+    for item in layout.spec:
         if isinstance(item, CustomName):
             out.append(item.name)
         elif isinstance(item, Histogram) and (

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import plot
 from ..data.frame import to_frame
-from ..data.recording import read_recording
 from ..errors import ArgumentTypeError, ArgumentValueError
+from ..persist.recording import read_recording
 from ._base import Panel, ipywidgets_module, make_viewer
 
 if TYPE_CHECKING:

@@ -19,10 +19,10 @@ import torch
 from .._optional import require
 from ..core.columns import OBJECT, REFS, STASH, Columns
 from ..core.records import LogEntry
+from ..data.frame import type_name
 from ..errors import ArgumentValueError
 from ..stats import StatsFn
 from ..stats.store import StatsStore
-from .frame import type_name
 from .recording import module_class
 
 __all__ = ["Part", "combined_frame", "merge", "part_of", "stats_fn_of"]
@@ -80,7 +80,7 @@ def part_of(columns: Columns, rank: int, world_size: int, log: Sequence[LogEntry
     raw, numel = b"", b""
     spec = None
     if isinstance(store, StatsStore):
-        spec = store.layout._spec
+        spec = store.layout.spec
         if stored:
             table, counts = store.table(torch.tensor(list(stored), dtype=torch.int64))
             raw = table.contiguous().numpy().tobytes()
@@ -198,9 +198,9 @@ def stats_fn_of(spec: tuple[Any, ...] | None) -> StatsFn | None:
     """The `StatsFn` reading raw vectors of `spec` (custom statistics are not computable)."""
     if spec is None:
         return None
-    from .recording import _spec_from_json, _spec_to_json
+    from .recording import spec_from_json, spec_to_json
 
-    return _spec_from_json(_spec_to_json(spec))
+    return spec_from_json(spec_to_json(spec))
 
 
 def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence[str]) -> Any:
@@ -209,8 +209,8 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     combined exactly (`tensor_tracker.stats.combine`); column `ranks` counts them."""
     pd = require("pandas", "pandas")
     np = require("numpy", "pandas")
+    from ..data.frame import first_stats, meta_columns
     from ..stats.merging import combine_table
-    from .frame import _first_stats, _meta_columns
 
     store = columns.store
     if not isinstance(store, StatsStore):
@@ -227,11 +227,11 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     picked = np.concatenate([refs[in_store], np.array(first, np.int64)])
     raw, numel = store.table(torch.from_numpy(picked))
     # Statistics kept in objects (the first tensor of a dict or nested output), alike.
-    spec = store.layout._spec
+    spec = store.layout.spec
     extra_rows, extra_raw, extra_numel = [], [], []
     for i in np.flatnonzero(~in_store & ((flags & REFS) == 0)):
-        found = _first_stats(columns.value_at(int(i)))
-        if found is not None and found.layout._spec == spec:
+        found = first_stats(columns.value_at(int(i)))
+        if found is not None and found.layout.spec == spec:
             extra_rows.append(int(i))
             extra_raw.append(found.raw.detach().to("cpu", torch.float64))
             extra_numel.append(float(found.numel))
@@ -242,7 +242,7 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     order = torch.from_numpy(np.argsort(rows, kind="stable"))  # recording order
     rows, raw, numel = rows[order.numpy()], raw[order], numel[order]
     whole = {int(i): columns.objects[refs[i]] for i in extra_rows if flags[i] & STASH}
-    meta = pd.DataFrame(_meta_columns(columns, whole)).iloc[rows]
+    meta = pd.DataFrame(meta_columns(columns, whole)).iloc[rows]
     meta["rank"] = np.asarray(ranks, dtype=np.int64)[rows]
     keys = ["step", "name", "kind", "attr", "grad", "call"]
     group = meta.groupby(keys, sort=False).ngroup().to_numpy()

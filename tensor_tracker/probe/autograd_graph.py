@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..core.structure import iter_tensors
 from ..errors import ArgumentValueError
-from .graph import _ARROW, GraphEdge, _layout, edge_svg, record_calls
+from .graph import ARROW_MARKER, GraphEdge, edge_svg, layered_layout, record_calls
 
 __all__ = ["MAX_DRAWN", "AutogradGraph", "OpNode", "autograd_graph"]
 
@@ -122,7 +122,7 @@ class AutogradGraph:
                 f"autograd_graph: {len(nodes)} operations are too many to draw usefully; "
                 f"draw one module's with to_svg(module=...) or raise max_nodes="
             )
-        return nodes, edges, _layout(nodes, edges)  # type: ignore[arg-type]
+        return nodes, edges, layered_layout(nodes, edges)  # type: ignore[arg-type]
 
     def to_dot(self, module: str | None = None, cluster: bool = True) -> str:
         """Graphviz DOT text: operations as boxes, parameters as red ellipses, inputs blue;
@@ -169,7 +169,7 @@ class AutogradGraph:
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             'font-family="sans-serif" font-size="10">',
-            _ARROW,
+            ARROW_MARKER,
         ]
         for e in edges:
             (x1, y1), (x2, y2) = positions[e.source], positions[e.target]

@@ -28,9 +28,9 @@ from .._validate import check_bool, check_callable, check_count, check_int, chec
 from ..core.grad_hooks import hook_grad
 from ..core.records import Stash
 from ..core.structure import iter_leaves, iter_tensors
+from ..data.frame import type_name
+from ..data.nonfinite import nonfinite_flags
 from ..errors import ArgumentTypeError, ArgumentValueError
-from .frame import type_name
-from .nonfinite import nonfinite_flags
 from .timeline import Clock, CudaMemory, EventClock, NonFiniteFlags, WallClock
 
 if TYPE_CHECKING:
