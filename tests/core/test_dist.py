@@ -19,6 +19,8 @@ from examples.tiny_transformer import copy_task_batch
 from tensor_tracker import stats
 from tests.helpers import spawn, tiny_model
 
+pytestmark = pytest.mark.slow  # spawns two ranks that train DDP and FSDP2 models
+
 WORLD = 2
 TIMEOUT = 150.0
 TOL = {"rtol": 1e-5, "atol": 1e-6}
