@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import os
 from importlib import resources
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._optional import require
-from .._validate import check_type
+from .._validate import check_path, check_type
 from ..data.compare import Comparison
 from ..data.select import display_name, short_labels
 from ..errors import ArgumentTypeError
@@ -21,6 +20,7 @@ from ..stats.formats import BLOCK_FORMATS, FORMATS
 from ..stats.spec import BLOCK_NAMES
 from ._columns import columns_of
 from ._compare_report import comparison_payload
+from ._html import fill, script_json
 
 __all__ = ["page", "report"]
 
@@ -205,11 +205,8 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
         payload["compare"] = comparison_payload(compared, payload)
     payload["graph"] = None if graph is None else graph.to_dict()
     payload["view"] = view
-    data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
     text = resources.files(__package__).joinpath("report.html").read_text()
-    return text.replace("__TITLE__", html.escape(title)).replace(
-        "__DATA__", data.replace("</", "<\\/")
-    )
+    return fill(text, {"TITLE": html.escape(title), "DATA": script_json(payload)})
 
 
 def report(
@@ -257,6 +254,8 @@ def report(
     Example:
         >>> tensor_tracker.report(t, "run.html")  # doctest: +SKIP
     """
-    path = Path(path)
+    path = Path(check_path(path, "report(recording, path): path", "an HTML file path"))
+    if title is not None:
+        check_type(title, str, "report(title=...)", "a str or None (the file name)")
     path.write_text(page(recording, graph, title or path.stem))
     return path

@@ -10,6 +10,7 @@ from typing import Any, TypeAlias
 import torch
 from torch import Tensor
 
+from .._validate import check_bool, check_type
 from ..core.memo import LastTensorMemo
 from ..errors import ArgumentValueError, TrackerStateError
 from .binning import HistogramFn, add_hist_derivers
@@ -370,6 +371,7 @@ def parse(spec: Spec, *, compile: bool = False) -> StatsFn:
         >>> fn.names[:3]
         ('rms', 'l1', 'hist')
     """
+    check_bool(compile, "parse(compile=...)")
     if isinstance(spec, StatsFn):
         return spec
     return StatsFn(spec, compile=compile)
@@ -391,4 +393,5 @@ def compute(tensor: Tensor, names: Spec = DEFAULT) -> Stats:
         >>> compute(torch.arange(4), ["mean", "max"]).to_dict()
         {'mean': 1.5, 'max': 3.0}
     """
+    check_type(tensor, Tensor, "compute(tensor)", "a torch.Tensor")
     return parse(names)(tensor)

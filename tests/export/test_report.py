@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import track
-from tests.browser import browser  # noqa: F401  (the fixture)
+from tests.browser import browser, console_errors  # noqa: F401  (the fixture)
 
 
 def _run() -> Any:
@@ -348,3 +348,45 @@ def test_the_statistic_picker_holds_block_formats(
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         browser.set_window_size(1280, 900)
+
+
+# Issue #26 item 10: recorded strings and titles that look like HTML or like the page's
+# own placeholders are shown as they are, and the page still runs.
+_HOSTILE = "<!--<script> </script><b>x</b> __DATA__ __TITLE__ & \u2028 end"
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (390, 844)], ids=["desktop", "phone"])
+def test_a_page_shows_html_like_notes_and_titles_as_text(
+    tmp_path: Path,
+    browser: Any,  # noqa: F811
+    size: tuple[int, int],
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with track(model, stats=True) as t:
+        model(torch.randn(2, 4)).sum().backward()
+        t.note(_HOSTILE)
+        t.log(_HOSTILE, 1.0)
+        t.step()
+    graph = tensor_tracker.module_graph(model, torch.randn(2, 4))
+    pages = {
+        "report": tensor_tracker.report(t, tmp_path / "report.html", title=_HOSTILE),
+        "graph": tensor_tracker.graph_view(graph, t, title=_HOSTILE).save(tmp_path / "g.html"),
+    }
+    browser.set_window_size(*size)
+    for kind, path in pages.items():
+        console_errors(browser)  # forget earlier pages' messages
+        browser.get(path.as_uri())
+        _wait(browser, "return document.body.dataset.ready === 'true'")
+        assert browser.title == _HOSTILE, kind
+        assert browser.find_element(By.ID, "title").get_attribute("textContent") == _HOSTILE
+        assert browser.execute_script("return DATA.title") == _HOSTILE
+        if kind == "report":
+            notes = browser.find_elements(By.CSS_SELECTOR, "#notes li")
+            assert [n.get_attribute("textContent") for n in notes] == [f"step 0: {_HOSTILE}"]
+        assert console_errors(browser) == [], kind
+        text = path.read_text()
+        assert "<!--<script>" not in text and '"__DATA__' not in text
+        browser.save_screenshot(str(tmp_path / f"{kind}-{size[0]}.png"))
+    browser.set_window_size(1280, 900)
