@@ -4,6 +4,7 @@ on what the page shows against what was recorded; no network request."""
 from __future__ import annotations
 
 import math
+import re
 import time
 from functools import partial
 from pathlib import Path
@@ -85,7 +86,7 @@ def test_the_report_shows_what_was_recorded(tmp_path: Path, browser: Any) -> Non
     t = _run()
     page = tensor_tracker.report(t, tmp_path / "run.html")
     text = page.read_text()
-    assert "https://" not in text and "src=" not in text  # nothing to fetch
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)  # nothing to fetch
     browser.get(page.as_uri())
     _wait(browser, "return document.body.dataset.ready === 'true'")
     frame = t.to_frame()
@@ -249,7 +250,7 @@ def test_a_level_of_500_calls_opens_as_groups(tmp_path: Path, browser: Any) -> N
     groups = [f"<model>#0/group{k}" for k in range(5)]
     assert nodes() == ["<model>#0/input", *groups, "<model>#0/output"]
     box = browser.find_element(By.CSS_SELECTOR, f'#graph-svg g.node[data-id="{groups[1]}"]')
-    assert box.get_attribute("class") == "node group"
+    assert {"node", "group"} <= set(box.get_attribute("class").split())
     assert box.find_element(By.CSS_SELECTOR, "text").text == "100 … 199 (Linear \u00d7100)"
     # "+" opens a group as it opens a module: its 100 calls, chained input to output.
     browser.find_element(By.CSS_SELECTOR, f'#graph-svg text[data-expand="{groups[1]}"]').click()

@@ -117,7 +117,7 @@ def _scale_point(browser: Any, name: str) -> tuple[Any, int, int]:  # noqa: F811
 def test_the_report_of_a_bert_run(
     bert: Any,
     bert_pages: dict[str, Path],
-    browser: Any,
+    browser: Any,  # noqa: F811
     size: str,
     tmp_path: Path,
 ) -> None:
@@ -251,7 +251,7 @@ def test_the_report_of_a_bert_run(
 @pytest.mark.parametrize("size", list(SIZES), ids=list(SIZES))
 def test_the_graph_view_of_a_bert_run(
     bert_pages: dict[str, Path],
-    browser: Any,
+    browser: Any,  # noqa: F811
     size: str,
     tmp_path: Path,
 ) -> None:
