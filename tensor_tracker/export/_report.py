@@ -230,13 +230,20 @@ def report(
     and loads nothing from the network (every script and style is inside; a Content
     Security Policy forbids any request).
 
-    The page shows the modules (filterable), the scale of every module's output and
-    gradient at the chosen step against the fp16/bf16/fp8 limits, and for a module picked
-    from the list its statistics over the steps (outputs, gradients, parameters and their
-    gradients, whatever was recorded) with the values at the chosen step, its histogram
-    there when histograms were recorded, the scalars of `log()` as charts and the notes. A
-    slider picks the step. Lines are drawn downsampled to the page width; the numbers are
-    all there (float32).
+    The page shows the modules (filterable; a menu on a phone), the picked module's values
+    at the chosen step (one number format per table) and its statistics over the steps
+    (outputs, gradients, parameters and their gradients, whatever was recorded) with their
+    histograms over the steps when histograms were recorded (a line says how to record them
+    otherwise). "pin" keeps a module on the page, so that several sit side by side. The scale
+    chart shows every module's output and gradient at the chosen step against the
+    fp16/bf16/fp8 limits; hover or tap a point for its module and value, click it to open
+    the module. Every statistic recorded is offered; counts and fractions are drawn on a
+    linear axis, magnitudes as log2. The scalars of `log()` are charts over the steps, the
+    notes marked on every step axis. A slider picks the step. Charts zoom by dragging
+    (double-click resets). The numbers are all there (float32).
+
+    Charts are drawn by uPlot and the graph laid out by dagre, both inlined (see
+    `tensor_tracker/export/vendor`).
 
     Args:
         recording: a `Tracker`, live or `load`ed; `None` for a page of the `graph` alone.

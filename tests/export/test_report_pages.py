@@ -22,7 +22,8 @@ from tests.browser import browser, console_errors  # noqa: F401  (the fixture)
 from tests.export.test_report import _wait
 
 SIZES = {"desktop": (1440, 900), "phone": (390, 844)}
-QUERY = "bert.encoder.layer.0.attention.self.query"
+LONG = "encoder.layer.11.attention.output.LayerNorm"
+QUERY = "encoder.layer.0.attention.self.query"
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ _CUT = """
 const out = [];
 for (const node of document.querySelectorAll(arguments[0])) {
   const r = node.getBoundingClientRect();
-  if (!r.width || !node.offsetParent) continue;  // not shown
+  if (!r.width || !node.offsetParent || getComputedStyle(node).visibility === 'hidden') continue;
   const box = node.parentElement.getBoundingClientRect();
   if (r.left < box.left - 1 || r.right > box.right + 1 || r.left < -1 || r.right > innerWidth + 1
       || node.scrollWidth > node.clientWidth + 1 && getComputedStyle(node).overflowX !== 'visible')
@@ -92,6 +93,12 @@ def _touch(browser: Any, element: Any, x: int, y: int) -> None:  # noqa: F811
     actions = ActionBuilder(browser, mouse=PointerInput(interaction.POINTER_TOUCH, "finger"))
     actions.pointer_action.move_to(element, x, y).pointer_down().pointer_up()
     actions.perform()
+
+
+def _click(browser: Any, element: Any) -> None:  # noqa: F811
+    """Click `element` scrolled to the middle of the window (clear of the sticky header)."""
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    element.click()
 
 
 def _hover(browser: Any, element: Any, x: int, y: int) -> None:  # noqa: F811
@@ -145,7 +152,9 @@ def test_the_report_of_a_bert_run(
     assert aside.is_displayed() is not phone
     if phone:
         browser.find_element(By.ID, "menu").click()
-        _wait(browser, "return document.querySelector('aside').getBoundingClientRect().left >= 0")
+        _wait(
+            browser, "return getComputedStyle(document.querySelector('aside')).transform === 'none'"
+        )
         assert aside.is_displayed()
         assert browser.execute_script(
             "const r = document.querySelector('aside').getBoundingClientRect();"
@@ -153,24 +162,35 @@ def test_the_report_of_a_bert_run(
         )
         _nothing_cut(browser)
         browser.save_screenshot(str(folder / f"report-{size}-menu.png"))
-    item = browser.find_element(By.CSS_SELECTOR, f'#modules li[data-name="{QUERY}"] .name')
-    assert item.text.startswith("\u2026") and item.text.endswith("layer.0.attention.self.query")
-    if phone:
+    item = browser.find_element(By.CSS_SELECTOR, f'#modules li[data-name="{LONG}"] .name')
+    assert item.text.startswith("\u2026") and item.text.endswith("attention.output.LayerNorm")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", item)
+    if phone:  # a tap opens the module, whose heading is its full name; the menu folds
         _touch(browser, item, 0, 0)
+        _wait(browser, "return !document.body.classList.contains('menu-open')")
+        title = browser.find_element(By.ID, "panel-title").text
+        assert title.startswith(f"{LONG} (LayerNorm)"), title
+        browser.find_element(By.ID, "menu").click()
+        _wait(
+            browser, "return getComputedStyle(document.querySelector('aside')).transform === 'none'"
+        )
     else:
         _hover(browser, item, 0, 0)
-    _wait(browser, "return document.getElementById('tip').style.display === 'block'")
-    assert browser.find_element(By.ID, "tip").text == QUERY
+        _wait(browser, "return document.getElementById('tip').style.display === 'block'")
+        assert browser.find_element(By.ID, "tip").text == f"{LONG} (LayerNorm)"
 
     # Pin two modules from the list: their cards show their histograms over the steps.
-    for name in (QUERY, "bert.encoder.layer.11.output.dense"):
-        browser.find_element(By.CSS_SELECTOR, f'#modules li[data-name="{name}"] button.pin').click()
+    for name in (QUERY, "encoder.layer.11.output.dense"):
+        _click(
+            browser,
+            browser.find_element(By.CSS_SELECTOR, f'#modules li[data-name="{name}"] button.pin'),
+        )
     if phone:
         browser.find_element(By.ID, "menu").click()
     cards = browser.find_elements(By.CSS_SELECTOR, "#pins .card")
     assert [c.get_attribute("data-module") for c in cards] == [
         QUERY,
-        "bert.encoder.layer.11.output.dense",
+        "encoder.layer.11.output.dense",
     ]
     for card in cards:
         strips = card.find_elements(By.CSS_SELECTOR, ".strip canvas.histogram")
@@ -196,12 +216,12 @@ def test_the_report_of_a_bert_run(
     _nothing_cut(browser)
     browser.save_screenshot(str(folder / f"report-{size}-pins.png"))
     # Pins come off from the card; the scale chart pins too.
-    cards[1].find_element(By.CSS_SELECTOR, "button.pin").click()
+    _click(browser, cards[1].find_element(By.CSS_SELECTOR, "button.pin"))
     assert len(browser.find_elements(By.CSS_SELECTOR, "#pins .card")) == 1
 
     # The scale chart: a point reads out its module and value, on hover or on tap, and a
     # click shows its module.
-    name = "bert.encoder.layer.3.intermediate.dense"
+    name = "encoder.layer.3.intermediate.dense"
     over, x, y = _scale_point(browser, name)
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", over)
     (_touch if phone else _hover)(browser, over, x, y)
@@ -212,10 +232,15 @@ def test_the_report_of_a_bert_run(
     assert readout.text.startswith(f"{name} (Linear) \u00b7 step 29 \u00b7 rms: value ")
     value = float(re.search(r"value ([-0-9.e+]+)", readout.text).group(1))  # type: ignore[union-attr]
     assert value == pytest.approx(rms, rel=1e-3)
-    over.click() if not phone else _touch(browser, over, x, y)
+    if phone:
+        _touch(browser, over, x, y)
+    else:
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        ActionChains(browser).move_to_element_with_offset(over, x, y).click().perform()
     _wait(browser, f"return state.module === DATA.modules.findIndex((m) => m.name === '{name}')")
     assert browser.find_element(By.ID, "panel-title").text.startswith(f"{name} (Linear)")
-    readout.find_element(By.CSS_SELECTOR, "button.pin").click()
+    _click(browser, readout.find_element(By.CSS_SELECTOR, "button.pin"))
     assert len(browser.find_elements(By.CSS_SELECTOR, "#pins .card")) == 2
 
     # A fraction is drawn on a linear axis, zeros included (not "0 recorded steps").
@@ -258,12 +283,10 @@ def test_the_graph_view_of_a_bert_run(
     from selenium.webdriver.common.by import By
 
     _open(browser, bert_pages["graph"], SIZES[size])
-    browser.find_element(By.CSS_SELECTOR, '#graph-svg text[data-expand="bert.encoder#0"]').click()
-    node = browser.find_element(
-        By.CSS_SELECTOR, '#graph-svg g.node[data-id="bert.encoder.layer.0#0"]'
-    )
+    browser.find_element(By.CSS_SELECTOR, '#graph-svg text[data-expand="encoder#0"]').click()
+    node = browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="encoder.layer.0#0"]')
     node.click()
-    assert browser.find_element(By.ID, "panel-title").text.startswith("bert.encoder.layer.0 ")
+    assert browser.find_element(By.ID, "panel-title").text.startswith("encoder.layer.0 ")
     _no_sideways_scroll(browser)
     _nothing_cut(browser)
     # Nodes are as wide as their labels.
@@ -273,9 +296,10 @@ def test_the_graph_view_of_a_bert_run(
     )
     assert len(set(widths)) > 1
     # The facts of a node on tap, not only on hover.
+    node = browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="encoder.layer.0#0"]')
     (_touch if size == "phone" else _hover)(browser, node, 0, 0)
     _wait(browser, "return document.getElementById('tip').style.display === 'block'")
-    assert browser.find_element(By.ID, "tip").text.startswith("bert.encoder.layer.0\nBertLayer")
+    assert browser.find_element(By.ID, "tip").text.startswith("encoder.layer.0\nBertLayer")
     browser.save_screenshot(str(_folder(tmp_path) / f"graph_view-{size}.png"))
     assert console_errors(browser) == []
 
