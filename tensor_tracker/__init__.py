@@ -30,14 +30,14 @@ from .core.stash_fns import (
 )
 from .core.structure import rmap_tensor
 from .core.tracker import stash
-from .data.autograd_graph import AutogradGraph, autograd_graph
 from .data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from .data.frame import to_frame
-from .data.graph import ModuleGraph, module_graph
 from .data.nonfinite import NonFinite, first_nonfinite
-from .data.summary import ModuleCall, Summary, summary
 from .errors import MemoryBudgetError
 from .export import GraphView, graph_view, report
+from .probe.autograd_graph import AutogradGraph, autograd_graph
+from .probe.graph import ModuleGraph, module_graph
+from .probe.summary import ModuleCall, Summary, summary
 from .stats import Stats, formats
 
 __all__ = [

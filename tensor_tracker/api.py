@@ -14,17 +14,14 @@ import torch
 from torch import Tensor, nn
 
 from ._optional import require
-from ._validate import check_bool, check_choices, check_int, check_type
+from ._validate import check_bool, check_choices, check_int, check_path, check_type
 from .core.columns import Columns
 from .core.dist import gather_objects
 from .core.records import StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
-from .core.tracker import Pattern, Recorder, _check_module, compile_pattern
+from .core.tracker import Pattern, Recorder, check_module, compile_pattern
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
-from .data.ranks import Part, combined_frame, merge, merged_stats, part_of
-from .data.recording import RecordingWriter, _spec_of, read_recording
-from .data.summary import Summary, recorded_summary
 from .errors import (
     ArgumentValueError,
     NonFiniteError,
@@ -32,6 +29,9 @@ from .errors import (
     TensorTrackerError,
     TrackerStateError,
 )
+from .persist.ranks import Part, combined_frame, merge, merged_stats, part_of
+from .persist.recording import RecordingWriter, read_recording, spec_of
+from .probe.summary import Summary, recorded_summary
 from .stats import StatsFn, parse
 from .stats.store import StatsStore
 
@@ -204,6 +204,8 @@ class Tracker(Recorder):
             >>> s.total_params, [(c.name, c.params, c.output_shapes) for c in s][:2]
             (172, [('', 0, [(8, 4)]), ('0', 136, [(8, 8)])])
         """
+        if step is not None:
+            check_int(step, "summary(step=...)", "a recorded step (int) or None")
         self._sync()
         return recorded_summary(self.stashes, dict(self.modules), step)
 
@@ -227,7 +229,7 @@ class Tracker(Recorder):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write everything recorded (records, statistics, full copies, scalars and notes,
         module names and type names) to the directory `path`, in the documented format of
-        `tensor_tracker.data.recording` (Arrow streams, safetensors, JSON; no pickle).
+        `tensor_tracker.persist.recording` (Arrow streams, safetensors, JSON; no pickle).
         Read it back anywhere with `tensor_tracker.load(path)`. Needs the `[save]` extra
         (pyarrow, safetensors).
 
@@ -242,9 +244,10 @@ class Tracker(Recorder):
             >>> len(tensor_tracker.load(folder)) == len(tracker)
             True
         """
+        check_path(path, "save(path)", "a directory path")
         self._sync()
         existed = Path(path).exists()
-        writer = RecordingWriter(path, _spec_of(self.stashes))
+        writer = RecordingWriter(path, spec_of(self.stashes))
         try:
             writer.write(self.stashes)
             writer.log(self.logged)
@@ -287,6 +290,16 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
         >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
         >>> t.to_frame()                             # doctest: +SKIP
     """
+    check_path(path, "load(path)", "a recording's directory")
+    check_bool(recover, "load(recover=...)")
+    root = Path(path)
+    if not root.is_dir():
+        what = "a file" if root.exists() else "no such directory"
+        raise RecordingError(
+            f"{root} is {what}, not a recording directory; load() reads the directory that "
+            "Tracker.save or track(..., stream_to=...) wrote (an HTML report cannot be "
+            "loaded back)"
+        )
     parts = rank_parts(path)
     if parts:
         recordings = [(rank, read_recording(part, recover=recover)) for rank, part in parts]
@@ -314,7 +327,7 @@ def _merged(
     """A tracker holding the records of `parts` (see `data.ranks.merge`), read with
     `stash_fn` when every rank recorded the same statistics, else with `merged_stats`'s
     layout (raising `error` when they cannot be merged)."""
-    specs = [p.spec if isinstance(p, Part) else _spec_of(p[1]) for p in parts]
+    specs = [p.spec if isinstance(p, Part) else spec_of(p[1]) for p in parts]
     union = merged_stats(specs, error)
     tracker = Tracker(stash_fn if union is None else get_stash_fn(union))
     tracker.row_ranks = merge(parts, tracker.stashes)
@@ -533,7 +546,7 @@ def track(
             `on_nonfinite=` without the statistics it reads.
         Nothing is attached to the model when an argument is rejected.
     """
-    _check_module(module)
+    check_module(module)
     check_bool(grad, "grad=")
     compile_pattern(include, "include")
     compile_pattern(exclude, "exclude")
@@ -577,10 +590,10 @@ def track(
 
 def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
     """Set up `track(..., stream_to=path)` (before any hook is attached)."""
-    check_type(path, (str, os.PathLike), "stream_to=", "a directory path")
+    check_path(path, "stream_to=", "a directory path")
     if tracker.rank is not None:  # each rank writes its own part of the run directory
         path = Path(path) / f"rank-{tracker.rank}"
-    writer = RecordingWriter(path, _spec_of(tracker.stashes))
+    writer = RecordingWriter(path, spec_of(tracker.stashes))
 
     def flush(block_ended: bool) -> None:
         tracker._sync()

@@ -6,12 +6,12 @@ autograd details make "the gradient of this tensor" harder than `tensor.register
 - **Views.** A hook on a view that is later modified in place (`h += x` on `nn.Linear`'s
   output for a 3-D input, which is a view of a 2-D matmul result) never fires: the in-place
   op routes the gradient around the view's node, through a `CopySlices` node into the
-  base's node. `_Tap` hooks the view itself (exact whenever the view's node is used) and
+  base's node. `Tap` hooks the view itself (exact whenever the view's node is used) and
   its base as a fallback, sliced to the view, used only when the view's storage was
   modified in place and the view's own hook did not fire. That fallback is exact when the
   base has no use besides this view (as for `nn.Linear`'s internal matmul result).
 - **Several tensors per call.** One gradient stash per module call holds every output
-  tensor's gradient. `_Gather` collects them per backward pass (autograd graph task) and
+  tensor's gradient. `Gather` collects them per backward pass (autograd graph task) and
   records once: as soon as every tensor that will get a gradient has one, or, at the
   latest, when the backward pass ends (`queue_callback`). Unlike
   `torch.autograd.graph.register_multi_grad_hook`, it counts the tensor `backward()` was

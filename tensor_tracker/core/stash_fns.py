@@ -13,7 +13,7 @@ from .._validate import check_bool, check_callable, check_count, check_int, chec
 from ..errors import ArgumentValueError
 from .memo import LastTensorMemo
 from .records import Event, Stash, StashFn, StashValueFn, Unrecorded
-from .structure import _rmap, rmap_tensor
+from .structure import rmap, rmap_tensor
 
 __all__ = [
     "CopyValue",
@@ -32,13 +32,15 @@ def default_stash_value(tensor: Tensor) -> Tensor:
         >>> default_stash_value(x)
         tensor([1., 1.])
     """
+    if not isinstance(tensor, Tensor):
+        check_type(tensor, Tensor, "default_stash_value(tensor)", "a torch.Tensor")
     return tensor.detach().to("cpu", copy=True)
 
 
 def _kept_leaf(value: Any) -> Any:
     """What the default stash keeps for a non-tensor, non-container `value` (see
     `Unrecorded`): immutable values themselves, a copy of a NumPy array, else a note."""
-    if isinstance(value, _IMMUTABLE):
+    if isinstance(value, IMMUTABLE):
         return value
     numpy = sys.modules.get("numpy")
     if numpy is not None:
@@ -56,7 +58,7 @@ def _kept_leaf(value: Any) -> Any:
     )
 
 
-_IMMUTABLE = (
+IMMUTABLE = (
     type(None),
     bool,
     int,
@@ -74,15 +76,14 @@ _IMMUTABLE = (
     torch.layout,
     torch.memory_format,
 )
+"""Types whose values are kept as they are: they cannot change after the step."""
 
 
 def keep(value: Any, stash_value: StashValueFn) -> Any:
     """What the standard `StashFn` keeps of a value: every tensor through `stash_value`, the
     containers rebuilt (see `rmap_tensor`), plain values as they are, other objects as an
     `Unrecorded` note."""
-    return (
-        stash_value(value) if isinstance(value, Tensor) else _rmap(value, stash_value, _kept_leaf)
-    )
+    return stash_value(value) if isinstance(value, Tensor) else rmap(value, stash_value, _kept_leaf)
 
 
 def default_stash(event: Event, stash_value: StashValueFn) -> Stash:
@@ -103,7 +104,7 @@ def default_stash(event: Event, stash_value: StashValueFn) -> Stash:
     return Stash(e.name, e.type, e.grad, kept, e.call, e.step, e.kind, e.attr, e.training)
 
 
-class _BoundDefaultStash:
+class BoundDefaultStash:
     """`default_stash` bound to a `stash_value`; keeps `stash_value` visible to the tracker."""
 
     __slots__ = ("stash_value",)
@@ -160,6 +161,13 @@ class CopyValue:
         check_bool(non_blocking, "non_blocking=")
         if dtype is not None:
             check_type(dtype, torch.dtype, "dtype=", "a torch.dtype such as torch.bfloat16")
+            if not (dtype.is_floating_point or dtype.is_complex):
+                # An integer or bool copy of activations truncates them (0.7 -> 0).
+                raise ArgumentValueError(
+                    f"dtype= must be a floating-point dtype for copies (torch.float16, "
+                    f"torch.bfloat16, torch.float32, ...), got {dtype}: it would truncate the "
+                    "values"
+                )
         if device is not None:
             check_type(device, (str, torch.device), "device=", "a torch device ('cpu', 'cuda:0')")
         try:
@@ -232,4 +240,4 @@ def get_stash_fn(
         return stash
     if stash_value is not None:
         check_callable(stash_value, "stash_value=", "Tensor -> value")
-    return _BoundDefaultStash(stash_value or default_stash_value)
+    return BoundDefaultStash(stash_value or default_stash_value)

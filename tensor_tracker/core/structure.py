@@ -12,6 +12,8 @@ from typing import Any
 from torch import Tensor
 from torch.utils._pytree import SUPPORTED_NODES
 
+from .._validate import check_callable
+
 __all__ = ["iter_leaves", "iter_tensors", "rmap_tensor"]
 
 
@@ -42,12 +44,14 @@ def rmap_tensor(value: Any, fn: Callable[[Tensor], Any]) -> Any:
         >>> rmap_tensor({"a": torch.ones(2), "b": [torch.zeros(1), "text"]}, lambda t: t.sum())
         {'a': tensor(2.), 'b': [tensor(0.), 'text']}
     """
+    if not callable(fn):
+        check_callable(fn, "rmap_tensor(value, fn): fn", "Tensor -> value")
     if isinstance(value, Tensor):
         return fn(value)
-    return _rmap(value, fn, None)
+    return rmap(value, fn, None)
 
 
-def _rmap(value: Any, fn: Callable[[Tensor], Any], leaf: Callable[[Any], Any] | None) -> Any:
+def rmap(value: Any, fn: Callable[[Tensor], Any], leaf: Callable[[Any], Any] | None) -> Any:
     """`rmap_tensor`, with `leaf` (when given) applied to everything that is neither a
     tensor nor a container it walks."""
     if isinstance(value, Tensor):
@@ -55,7 +59,7 @@ def _rmap(value: Any, fn: Callable[[Tensor], Any], leaf: Callable[[Any], Any] | 
     if type(value) in _SCALARS:
         return value
     if isinstance(value, (tuple, list)):
-        items = [_rmap(v, fn, leaf) for v in value]
+        items = [rmap(v, fn, leaf) for v in value]
         if type(value) is tuple:
             return tuple(items)
         if type(value) is list:
@@ -66,26 +70,26 @@ def _rmap(value: Any, fn: Callable[[Tensor], Any], leaf: Callable[[Any], Any] | 
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _rmap_dataclass(value, fn, leaf)
     if isinstance(value, Mapping):
-        items_ = [(_rmap(k, fn, leaf), _rmap(v, fn, leaf)) for k, v in value.items()]
+        items_ = [(rmap(k, fn, leaf), rmap(v, fn, leaf)) for k, v in value.items()]
         if type(value) is dict:
             return dict(items_)
         return _rebuild_mapping(value, items_)
     node = SUPPORTED_NODES.get(type(value))
     if node is not None:
         children, context = node.flatten_fn(value)
-        mapped = [_rmap(c, fn, leaf) for c in children]
+        mapped = [rmap(c, fn, leaf) for c in children]
         try:
             return node.unflatten_fn(mapped, context)
         except Exception:  # e.g. a class that checks its children are tensors
             return mapped
-    if _walks_attributes(value):
+    if walks_attributes(value):
         rebuilt = object.__new__(type(value))
-        vars(rebuilt).update({k: _rmap(v, fn, leaf) for k, v in vars(value).items()})
+        vars(rebuilt).update({k: rmap(v, fn, leaf) for k, v in vars(value).items()})
         return rebuilt
     return value if leaf is None else leaf(value)
 
 
-# Types that are never containers: iter_leaves and _rmap return them at once.
+# Types that are never containers: iter_leaves and rmap return them at once.
 _SCALARS = frozenset({type(None), bool, int, float, str})
 
 # Classes whose instances hold tensors as plain attributes and are walked attribute by
@@ -103,7 +107,7 @@ _ATTRIBUTE_CLASSES = {
 _attribute_types: tuple[type, ...] = ()
 
 
-def _walks_attributes(value: Any) -> bool:
+def walks_attributes(value: Any) -> bool:
     """Whether `value` is an instance of one of `_ATTRIBUTE_CLASSES`."""
     global _attribute_types
     if _ATTRIBUTE_CLASSES:  # pick up the classes of modules imported since the last call
@@ -137,7 +141,7 @@ def _rmap_dataclass(
 ) -> Any:
     fields = [f for f in dataclasses.fields(value) if hasattr(value, f.name)]
     # Map in field order so that fn sees tensors in the order iter_tensors yields them.
-    mapped = {f.name: _rmap(getattr(value, f.name), fn, leaf) for f in fields}
+    mapped = {f.name: rmap(getattr(value, f.name), fn, leaf) for f in fields}
     rebuilt = type(value)(**{f.name: mapped[f.name] for f in fields if f.init})
     for f in fields:
         if not f.init:
@@ -171,7 +175,7 @@ def iter_leaves(value: Any) -> Iterator[Any]:
     elif type(value) in SUPPORTED_NODES:
         for child in SUPPORTED_NODES[type(value)].flatten_fn(value)[0]:
             yield from iter_leaves(child)
-    elif _walks_attributes(value):
+    elif walks_attributes(value):
         for v in vars(value).values():
             yield from iter_leaves(v)
     else:

@@ -5,6 +5,7 @@ The recording core of `tensor_tracker.Tracker`, which adds the ways to read a re
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import re
@@ -38,6 +39,7 @@ from ..errors import (
     ArgumentTypeError,
     ArgumentValueError,
     MemoryBudgetError,
+    NotRecordedError,
     TrackerStateError,
 )
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns, Site
@@ -54,7 +56,7 @@ from .graph_sink import (
 )
 from .memo import RecentTensors
 from .records import Kind, LogEntry, Origin, Stash, StashFn, StashValueFn
-from .stash_fns import _BoundDefaultStash, default_stash_value, get_stash_fn, keep
+from .stash_fns import BoundDefaultStash, default_stash_value, get_stash_fn, keep
 from .structure import iter_leaves, iter_tensors
 
 __all__ = ["CAPTURE", "Pattern", "Recorder", "stash"]
@@ -64,6 +66,23 @@ Pattern = str | re.Pattern[str] | None
 
 CAPTURE = ("outputs", "inputs", "params")
 """What `capture=` can name: module outputs, module inputs, and each module's own parameters."""
+
+
+def _a_few(names: list[str], n: int = 6) -> str:
+    """Up to `n` of `names`, and how many more there are."""
+    shown = ", ".join(names[:n])
+    return shown + (f", ... ({len(names) - n} more)" if len(names) > n else "")
+
+
+def _caller_level() -> int:
+    """The `stacklevel` of a warning that points at the user's code: the first frame
+    outside this package."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("tensor_tracker."):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def compile_pattern(pattern: Pattern, argument: str) -> re.Pattern[str] | None:
@@ -79,7 +98,8 @@ def compile_pattern(pattern: Pattern, argument: str) -> re.Pattern[str] | None:
         ) from None
 
 
-def _check_module(module: Any, argument: str = "module") -> None:
+def check_module(module: Any, argument: str = "module") -> None:
+    """Raise `ArgumentTypeError` naming `argument` unless `module` is an `nn.Module`."""
     check_type(module, nn.Module, argument, "a torch.nn.Module (the model to track)")
 
 
@@ -203,9 +223,10 @@ def stash(name: str, value: Any, role: str | None = None) -> Any:
     """
     if role is not None and role not in ROLES:
         raise ArgumentValueError(f"stash(role=...): one of {list(ROLES)} or None, got {role!r}")
+    if not isinstance(name, str):  # also when nothing tracks: the model code is wrong
+        check_type(name, str, "stash(name, value): name", "a str")
     if not _ACTIVE:
         return value
-    check_type(name, str, "stash(name, value): name", "a str")
     frame = sys._getframe(1)
     kind = cast(Kind, role or "named")
     for tracker in list(_ACTIVE):
@@ -382,7 +403,7 @@ class Recorder:
         # stashes built by a user's own StashFn need the tracker to stamp call/step/kind.
         self._default_value: StashValueFn | None = (
             _guard(self._stash_fn.stash_value)
-            if isinstance(self._stash_fn, _BoundDefaultStash)
+            if isinstance(self._stash_fn, BoundDefaultStash)
             else None
         )
         stash_value = getattr(self._stash_fn, "stash_value", None)
@@ -494,7 +515,7 @@ class Recorder:
         Example:
             >>> tracker.register(model[0], "first", grad=False)
         """
-        _check_module(module)
+        check_module(module)
         check_type(name, str, "name", "the module's name (str)")
         check_bool(grad, "grad=")
         registration = _Registration(module, name, grad)
@@ -518,11 +539,12 @@ class Recorder:
         Example:
             >>> tracker.register_all(model, include=r"layers\\.\\d+$", exclude="dropout")
         """
-        _check_module(module)
+        check_module(module)
         check_bool(grad, "grad=")
         include_re = compile_pattern(include, "include")
         exclude_re = compile_pattern(exclude, "exclude")
         wrappers: list[str] = []
+        included = 0
         for name, child in module.named_modules():
             compiled = compiled_callable(child)
             if compiled is not None:
@@ -538,9 +560,19 @@ class Recorder:
                 continue
             if include_re is not None and not include_re.search(name):
                 continue
+            included += 1
             if exclude_re is not None and exclude_re.search(name):
                 continue
             self.register(child, name, grad)
+        if not included and include_re is not None:
+            names = [n for n, _ in module.named_modules()]
+            warnings.warn(
+                f"include={include_re.pattern!r} matches no module name, so nothing will be "
+                f"recorded (it is searched with re.search in the names: "
+                f"{_a_few([repr(n) for n in names])})",
+                UserWarning,
+                stacklevel=_caller_level(),
+            )
         if self._compiled and self._attached:
             self._forget_compiled_code()
 
@@ -571,6 +603,8 @@ class Recorder:
             [(0, 'loss')]
         """
         check_type(name, str, "log(name, value): name", "a str")
+        if not name:
+            raise ArgumentValueError("log(name, value): name must be a non-empty str, got ''")
         if isinstance(value, Tensor):
             if value.numel() != 1:
                 raise ArgumentValueError(
@@ -604,7 +638,7 @@ class Recorder:
         With `every=N`, hooks are attached only during every N-th step.
 
         Args:
-            n: the number of the next step (default: this one's plus 1).
+            n: the number of the next step (default: this one's plus 1), >= 0.
             kind: the kind of the next step, e.g. `"long_sequence"`; with
                 `every={"default": 10, "long_sequence": 2}` each kind is recorded at its
                 own pace (every N-th step of that kind). `step_kinds` keeps the kinds.
@@ -620,8 +654,11 @@ class Recorder:
             [0, 1, 2]
         """
         if n is not None:
-            check_int(n, "step(n): n")
+            # Readers take steps as >= 0: a step -1 would pass for real records.
+            check_count(n, "step(n): n", "the next step's number", minimum=0)
         check_type(kind, str, "step(kind=...)", "a str naming the kind of the next step")
+        if not kind:
+            raise ArgumentValueError('step(kind=...) must be a non-empty str, got ""')
         check_bool(keep, "step(keep=...)")
         self._check_nonfinite()  # forward-only loops have no end of backward
         if not keep:
@@ -1242,8 +1279,28 @@ class Recorder:
     def __getitem__(self, index: int) -> Stash: ...
     @overload
     def __getitem__(self, index: slice) -> list[Stash]: ...
-    def __getitem__(self, index: int | slice) -> Stash | list[Stash]:
+    @overload
+    def __getitem__(self, index: str) -> list[Stash]: ...
+    def __getitem__(self, index: int | slice | str) -> Stash | list[Stash]:
+        """`tracker[i]`: the i-th stash; `tracker[i:j]`: a list of them; `tracker["0.linear"]`:
+        the stashes of the module of that name, in recording order.
+
+        Raises:
+            NotRecordedError: (a `KeyError`) no stash of a module of that name; the message
+                names close matches.
+            IndexError: `i` out of range.
+        """
         self._sync()
+        if isinstance(index, str):
+            found = self._where(lambda site: site.name == index)
+            if found:
+                return found
+            names = list(dict.fromkeys(site.name for site in self.stashes.sites))
+            close = difflib.get_close_matches(index, names, n=5, cutoff=0.5)
+            hint = f"close matches: {close}" if close else f"recorded: {_a_few(names)}"
+            raise NotRecordedError(f"no stash of a module named {index!r}; {hint}")
+        if not isinstance(index, (int, slice)) or isinstance(index, bool):
+            check_int(index, "tracker[index]", "an int, a slice or a module name (str)")
         return self.stashes[index]
 
     def __iter__(self) -> Iterator[Stash]:

@@ -1,8 +1,16 @@
 """Data: what was recorded, arranged for reading (tables, selections, series).
 
 Needs no plotting library, so figures, viewers, reports and exporters all build on it.
+Saving and loading recordings lives in `tensor_tracker.persist`, running a model once
+with temporary hooks (summary, graphs) in `tensor_tracker.probe`; both build on this one.
 
-- `frame`: `to_frame`, the recording as a pandas DataFrame.
+- `frame`: `to_frame`, the recording as a pandas DataFrame, and the per-stash statistics
+  the other modules read.
+- `select`: which stashes a plot or viewer shows: modules, steps, calls, display names.
+- `series`: the numbers behind the histogram and scale figures (bins, statistic values).
+- `history`: a statistic per module and step, for the history figures.
+- `embedding`: the layers, tokens and 2-D embedding (UMAP or PCA) behind embedding plots.
+- `depth`: repeated blocks, roles inside a block and leaf modules, from module names.
 - `nonfinite`: `first_nonfinite`, where the first NaN or infinity appeared.
-- `summary`: `summary`, one pass of a model summarised per module call.
+- `diagnose`: `diagnose`, a table of what looks wrong in a recording.
 """

@@ -12,13 +12,14 @@ import torch
 from torch import Tensor
 
 from .._optional import require
+from .._validate import check_type
 from ..core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, Columns
 from ..core.records import Stash, first_value
 from ..core.structure import iter_leaves
 from ..errors import ArgumentTypeError, ArgumentValueError, NotRecordedError
 from ..stats import NAMES, Stats, compute, stats_table
 from ..stats.store import StatsStore
-from .select import first_leaf
+from .select import as_stashes, first_leaf
 
 if TYPE_CHECKING:
     import pandas
@@ -81,7 +82,7 @@ def _tensor_stats(fn: Callable[[Tensor], Any], values: Sequence[Any]) -> list[fl
     return out
 
 
-def _first_stats(value: Any) -> Stats | None:
+def first_stats(value: Any) -> Stats | None:
     """The statistics of the first tensor in a stash's value (a tuple, dict, `ModelOutput`,
     ...), or None when it holds none."""
     stats: Stats | None = first_leaf(value, Stats)
@@ -91,7 +92,7 @@ def _first_stats(value: Any) -> Stats | None:
 _META = ("name", "type", "grad", "call", "step", "kind", "attr", "training")
 
 
-def _meta_columns(cols: Columns, objects: dict[int, Stash]) -> dict[str, Any]:
+def meta_columns(cols: Columns, objects: dict[int, Stash]) -> dict[str, Any]:
     """The position columns, vectorised over the rows; the rows holding a whole `Stash`
     (`objects`, by row) take them from it."""
     np = require("numpy", "pandas")
@@ -143,7 +144,7 @@ def _columns(stashes: Sequence[Stash]) -> Columns:
     if isinstance(stashes, Columns):
         return stashes
     cols = Columns()
-    cols.extend(stashes)
+    cols.extend(as_stashes(stashes, "to_frame(stashes)"))
     return cols
 
 
@@ -203,6 +204,8 @@ def to_frame(
         stats_names: statistic columns to include even when no stash holds them (a
             `stats=` tracker passes its statistics, so an empty frame has their columns).
     """
+    if stat_name is not None:
+        check_type(stat_name, str, "to_frame(stat_name=...)", "a column name (str) or None")
     pd = require("pandas", "pandas")
     np = require("numpy", "pandas")
     cols = _columns(stashes)
@@ -216,13 +219,13 @@ def to_frame(
     others = np.flatnonzero(~in_store & ((flags & REFS) == 0))
     values = {int(i): cols.value_at(int(i)) for i in others}
     whole = {i: cols.objects[cols.ref[i]] for i in values if cols.flags[i] & STASH}
-    columns = _meta_columns(cols, whole)
+    columns = meta_columns(cols, whole)
 
     # Statistics: a block per source (the store's rows, the Stats objects of other rows).
     store_rows = np.concatenate([np.flatnonzero(in_store), tuples])
     store_refs = np.concatenate([refs[in_store], np.array(first_refs, dtype=np.int64)])
     blocks: list[tuple[Any, dict[str, Any]]] = [(store_rows, _store_table(cols, store_refs))]
-    found = {i: _first_stats(v) for i, v in values.items()}
+    found = {i: first_stats(v) for i, v in values.items()}
     with_stats = [i for i, v in found.items() if v is not None]
     blocks.append((with_stats, stats_table([found[i] for i in with_stats])))  # type: ignore[misc]
     table: dict[str, list[tuple[Any, Any]]] = {}
@@ -299,4 +302,4 @@ def recording_frame(recording: Any, caller: str) -> tuple[pandas.DataFrame, Sequ
 
 def holds_copies(stashes: Sequence[Stash]) -> bool:
     """Whether the records hold copies rather than statistics (judged by the first 64)."""
-    return not any(_first_stats(s.value) is not None for s in itertools.islice(stashes, 64))
+    return not any(first_stats(s.value) is not None for s in itertools.islice(stashes, 64))

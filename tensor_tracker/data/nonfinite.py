@@ -12,7 +12,7 @@ from .._optional import require
 from ..core.records import Stash
 from ..core.structure import iter_tensors
 from ..errors import NotRecordedError
-from .frame import _first_stats, holds_copies, later_tensor_stats, recording_frame, to_frame
+from .frame import first_stats, holds_copies, later_tensor_stats, recording_frame, to_frame
 
 if TYPE_CHECKING:
     import pandas
@@ -89,7 +89,7 @@ def _nonfinite_column(frame: pandas.DataFrame, stashes: Sequence[Stash]) -> Any:
     if "numel" in frame.columns:
         numel = frame["numel"].to_numpy(dtype=np.float64)
     else:
-        found = (_first_stats(s.value) for s in stashes)
+        found = (first_stats(s.value) for s in stashes)
         numel = np.array([0 if f is None else f.numel for f in found], dtype=np.float64)
     bad &= numel > 0
     # The frame shows a value's first tensor; a NaN in another (the second output of a

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from .._optional import require
-from .._validate import check_type
-from ..data.graph import ModuleGraph
+from .._validate import check_path, check_type
 from ..errors import ArgumentTypeError
+from ..probe.graph import ModuleGraph
 from ..stats.builtin import BUILTINS
 from ..stats.formats import FORMATS
 from ._columns import columns_of
@@ -264,6 +264,8 @@ def report(
     Example:
         >>> tensor_tracker.report(t, "run.html")  # doctest: +SKIP
     """
-    path = Path(path)
+    path = Path(check_path(path, "report(recording, path): path", "an HTML file path"))
+    if title is not None:
+        check_type(title, str, "report(title=...)", "a str or None (the file name)")
     path.write_text(page(recording, graph, title or path.stem))
     return path

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._optional import require
-from ..data.autograd_graph import MAX_DRAWN, AutogradGraph
-from ..data.graph import _H, _W, NODE_COLOURS, GraphEdge, ModuleGraph, _label
 from ..errors import ArgumentTypeError
+from ..probe.autograd_graph import MAX_DRAWN, AutogradGraph
+from ..probe.graph import NODE_COLOURS, NODE_HEIGHT, NODE_WIDTH, GraphEdge, ModuleGraph, node_label
 from ._figure import MAX_WIDTH, fixed_margins, new_figure, root_figure
 
 if TYPE_CHECKING:
@@ -87,10 +87,10 @@ def module_graph(
         )
     level = graph.level(parent)
     boxes = [
-        _Box(n.id, _label(n), NODE_COLOURS.get(n.kind, "#f3f3f3"), dashed=n.kind == "group")
+        _Box(n.id, node_label(n), NODE_COLOURS.get(n.kind, "#f3f3f3"), dashed=n.kind == "group")
         for n in level["nodes"]
     ]
-    return _draw(boxes, level["edges"], level["positions"], _H, ax)
+    return _draw(boxes, level["edges"], level["positions"], NODE_HEIGHT, ax)
 
 
 def autograd_graph(
@@ -140,12 +140,12 @@ def _draw(
     height: float,
     ax: Axes | None,
 ) -> Figure:
-    """Draw boxes `_W` by `height` layout pixels at `positions` (offset by 10, as the SVG
+    """Draw boxes `NODE_WIDTH` by `height` layout pixels at `positions` (offset by 10, as the SVG
     does), and the edges between them, in a figure sized to the layout."""
     patches = require("matplotlib.patches", "plot")
     path_module = require("matplotlib.path", "plot")
     # The layout's extent, with the SVG's margins: 10 around, 130 on the right for bends.
-    right = max((x for x, _ in positions.values()), default=0) + _W + 150
+    right = max((x for x, _ in positions.values()), default=0) + NODE_WIDTH + 150
     bottom = max((y for _, y in positions.values()), default=0) + height + 20
     if ax is None:
         width_in, height_in = right * _PX, bottom * _PX
@@ -168,9 +168,9 @@ def _draw(
             patches.FancyArrowPatch(
                 path=_edge_path(
                     path_module.Path,
-                    x1 + _W / 2 + 10,
+                    x1 + NODE_WIDTH / 2 + 10,
                     y1 + height + 10,
-                    x2 + _W / 2 + 10,
+                    x2 + NODE_WIDTH / 2 + 10,
                     y2 + 10,
                     height,
                 ),
@@ -186,7 +186,7 @@ def _draw(
         ax.add_patch(
             patches.FancyBboxPatch(
                 (x + 10, y + 10),
-                _W,
+                NODE_WIDTH,
                 height,
                 boxstyle=f"round,pad=0,rounding_size={6 if b.round else 2}",
                 facecolor=b.fill,
@@ -197,7 +197,7 @@ def _draw(
             )
         )
         ax.text(
-            x + 10 + _W / 2,
+            x + 10 + NODE_WIDTH / 2,
             y + 10 + height / 2,
             _fit(b.text),
             ha="center",

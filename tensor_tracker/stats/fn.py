@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copyreg
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
@@ -9,6 +10,7 @@ from typing import Any, TypeAlias
 import torch
 from torch import Tensor
 
+from .._validate import check_bool, check_type
 from ..core.memo import LastTensorMemo
 from ..errors import ArgumentValueError, TrackerStateError
 from .binning import HistogramFn, add_hist_derivers
@@ -61,6 +63,16 @@ def layout_from_spec(spec: tuple[str | Histogram | CustomName, ...]) -> Layout:
         ]
         layout = _UNPICKLED_LAYOUTS[spec] = StatsFn(items).layout
     return layout
+
+
+def _reduce_layout(layout: Layout) -> tuple[Any, ...]:
+    return (layout_from_spec, (layout.spec,))
+
+
+# A layout's derivers are closures: it pickles as the spec that rebuilds it. Registered
+# here rather than as `Layout.__reduce__`, since rebuilding needs `StatsFn` and `layout`
+# sits below this module.
+copyreg.pickle(Layout, _reduce_layout)
 
 
 class StatsFn:
@@ -334,6 +346,7 @@ def parse(spec: Spec, *, compile: bool = False) -> StatsFn:
         >>> fn.names[:3]
         ('rms', 'l1', 'hist')
     """
+    check_bool(compile, "parse(compile=...)")
     if isinstance(spec, StatsFn):
         return spec
     return StatsFn(spec, compile=compile)
@@ -355,4 +368,5 @@ def compute(tensor: Tensor, names: Spec = DEFAULT) -> Stats:
         >>> compute(torch.arange(4), ["mean", "max"]).to_dict()
         {'mean': 1.5, 'max': 3.0}
     """
+    check_type(tensor, Tensor, "compute(tensor)", "a torch.Tensor")
     return parse(names)(tensor)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -82,11 +82,12 @@ class Layout:
         """The public statistic names, in the order they were asked for."""
         return self._names
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # The derivers are closures; a layout pickles as the spec that rebuilds it.
-        from .fn import layout_from_spec
-
-        return (layout_from_spec, (self._spec,))
+    @property
+    def spec(self) -> tuple[str | Histogram | CustomName, ...]:
+        """What the layout was built from: statistic names, `Histogram`s, and custom
+        statistics by name (`CustomName`). A layout pickles as this spec (the derivers are
+        closures); `stats.fn` registers how, being the module that builds layouts."""
+        return self._spec
 
     @property
     def width(self) -> int:

@@ -25,11 +25,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from .._validate import check_type
 from ..errors import ArgumentValueError
 from .builtin import raw_plan
 from .kernels import F64, NAN
 from .layout import Layout
 from .spec import CustomName, Histogram
+from .table import check_stats
 from .values import Stats
 
 __all__ = ["combine", "combine_table", "inexact_names"]
@@ -40,7 +42,7 @@ _SUMS = ("abs_sum", "nonfinite", "nonzero", "sum")
 def _rules(layout: Layout) -> list[str]:
     """How each slot of `layout`'s raw vector combines: `"sum"`, `"min"`, `"max"`,
     `"mean"`, `"std0"` or `"nan"` (not combinable)."""
-    spec = layout._spec
+    spec = layout.spec
     names = {item for item in spec if isinstance(item, str)}
     groups, _, keys = raw_plan(names)
     rules: list[str] = []
@@ -68,8 +70,9 @@ def inexact_names(layout: Layout) -> tuple[str, ...]:
         >>> inexact_names(parse(["rms", ("median", torch.median)]).layout)
         ('median',)
     """
+    check_type(layout, Layout, "inexact_names(layout)", "a Layout (e.g. parse(...).layout)")
     out: list[str] = []
-    for item in layout._spec:
+    for item in layout.spec:
         if isinstance(item, CustomName):
             out.append(item.name)
         elif isinstance(item, Histogram) and (
@@ -152,6 +155,7 @@ def combine(stats: Sequence[Stats]) -> Stats:
         >>> {k: round(v, 4) for k, v in combine([fn(a), fn(b)]).to_dict().items()}
         {'mean': 3.0, 'std': 4.1833, 'max': 10.0}
     """
+    check_stats(stats, "combine(stats)")
     if not stats:
         raise ArgumentValueError("combine(stats): give at least one Stats")
     layout = stats[0].layout

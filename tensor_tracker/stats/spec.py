@@ -9,6 +9,7 @@ from typing import Any, TypeAlias
 
 from torch import Tensor
 
+from .._validate import check_bool, check_count, check_int, check_number, check_type
 from ..errors import ArgumentTypeError, ArgumentValueError
 from .builtin import BUILTINS, FORMAT_NAMES
 
@@ -23,7 +24,6 @@ __all__ = [
     "parse_items",
 ]
 
-_INF = math.inf
 
 NAMES: tuple[str, ...] = tuple(BUILTINS) + FORMAT_NAMES
 """Every built-in statistic name, in a stable order."""
@@ -103,12 +103,12 @@ class Histogram:
     name: str = "hist"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bins, int) or isinstance(self.bins, bool) or self.bins < 1:
-            raise ArgumentValueError(f"histogram(bins=...) must be an int >= 1, got {self.bins!r}")
+        check_count(self.bins, "histogram(bins=...)", "bins")
         rng = self.range
+        check_type(rng, (tuple, list), "histogram(range=...)", "(lo, hi)")
+        check_bool(self.log2, "histogram(log2=...)")
         if (
-            not isinstance(rng, (tuple, list))
-            or len(rng) != 2
+            len(rng) != 2
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
             or not all(math.isfinite(v) for v in rng)
             or not rng[0] < rng[1]
@@ -117,26 +117,18 @@ class Histogram:
                 f"histogram(range=...) must be (lo, hi) with finite lo < hi, got {rng!r}"
             )
         object.__setattr__(self, "range", (float(rng[0]), float(rng[1])))
-        if self.sample_n is not None and (
-            not isinstance(self.sample_n, int)
-            or isinstance(self.sample_n, bool)
-            or self.sample_n < 1
-        ):
-            raise ArgumentValueError(
-                f"histogram(sample_n=...) must be a positive int or None, got {self.sample_n!r}"
+        check_count(self.sample_n, "histogram(sample_n=...)", "values to count", optional=True)
+        if self.reject_sigma is not None:
+            check_number(
+                self.reject_sigma,
+                "histogram(reject_sigma=...)",
+                "standard deviations, or None",
+                low=0,
+                open_low=True,
             )
-        if self.reject_sigma is not None and (
-            not isinstance(self.reject_sigma, (int, float))
-            or isinstance(self.reject_sigma, bool)
-            or not (0 < self.reject_sigma < _INF)
-        ):
-            raise ArgumentValueError(
-                "histogram(reject_sigma=...) must be a positive number or None, "
-                f"got {self.reject_sigma!r}"
-            )
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ArgumentValueError(f"histogram(seed=...) must be an int, got {self.seed!r}")
-        if not isinstance(self.name, str) or not self.name:
+        check_int(self.seed, "histogram(seed=...)")
+        check_type(self.name, str, "histogram(name=...)", "a non-empty str")
+        if not self.name:
             raise ArgumentValueError(
                 f"histogram(name=...) must be a non-empty str, got {self.name!r}"
             )

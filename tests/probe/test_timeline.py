@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from tensor_tracker import summary
-from tensor_tracker.data.summary import _Recorder
-from tensor_tracker.data.timeline import (
+from tensor_tracker.probe.summary import _Recorder
+from tensor_tracker.probe.timeline import (
     CudaMemory,
     EventClock,
     NonFiniteFlags,

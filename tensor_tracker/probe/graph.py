@@ -189,14 +189,16 @@ class ModuleGraph:
     def level(self, parent: str | None = None) -> dict[str, Any]:
         """`{"nodes": [...], "edges": [...], "positions": {id: (x, y)}}` for the level of
         `parent` (default: the model's), with a layered layout (inputs on top)."""
-        parent = self.root if parent is None else parent
+        if parent is None:
+            parent = self.root
+        check_type(parent, str, "parent", "a call id such as '0#0' (see graph.nodes) or None")
         if parent not in self.nodes:
             raise ArgumentValueError(
                 f"module_graph: no call {parent!r}; calls: {list(self.nodes)[:8]}"
             )
         nodes = self.children(parent)
         edges = self.edges.get(parent, [])
-        return {"nodes": nodes, "edges": edges, "positions": _layout(nodes, edges)}
+        return {"nodes": nodes, "edges": edges, "positions": layered_layout(nodes, edges)}
 
     def to_dict(self) -> dict[str, Any]:
         """Every node and every level's edges and layout, as plain data (what the report
@@ -211,7 +213,7 @@ class ModuleGraph:
             levels[parent] = {
                 "nodes": [n.id for n in nodes],
                 "edges": [dataclasses.asdict(e) for e in edges],
-                "positions": _layout(nodes, edges),
+                "positions": layered_layout(nodes, edges),
             }
         return {
             "root": self.root,
@@ -231,7 +233,7 @@ class ModuleGraph:
         lines = ["digraph modules {", "  rankdir=TB; node [shape=box, fontsize=10];"]
         shapes = {"module": "box", "group": "box, style=dashed"}
         for n in level["nodes"]:
-            label = _label(n).replace('"', '\\"')
+            label = node_label(n).replace('"', '\\"')
             lines.append(f'  "{n.id}" [label="{label}", shape={shapes.get(n.kind, "ellipse")}];')
         for e in level["edges"]:
             lines.append(f'  "{e.source}" -> "{e.target}" [label="{e.shape}", fontsize=8];')
@@ -247,32 +249,41 @@ class ModuleGraph:
         parameters and `extra_repr` fields)."""
         level = self.level(parent)
         positions = level["positions"]
-        width = max((x for x, _ in positions.values()), default=0) + _W + 130  # for bends
-        height = max((y for _, y in positions.values()), default=0) + _H
+        width = max((x for x, _ in positions.values()), default=0) + NODE_WIDTH + 130  # for bends
+        height = max((y for _, y in positions.values()), default=0) + NODE_HEIGHT
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 20}" height="{height + 20}" '
             'font-family="sans-serif" font-size="11">',
-            _ARROW,
+            ARROW_MARKER,
         ]
         for e in level["edges"]:
             (x1, y1), (x2, y2) = positions[e.source], positions[e.target]
-            out.append(edge_svg(x1 + _W / 2 + 10, y1 + _H + 10, x2 + _W / 2 + 10, y2 + 10, _H))
+            out.append(
+                edge_svg(
+                    x1 + NODE_WIDTH / 2 + 10,
+                    y1 + NODE_HEIGHT + 10,
+                    x2 + NODE_WIDTH / 2 + 10,
+                    y2 + 10,
+                    NODE_HEIGHT,
+                )
+            )
         for n in level["nodes"]:
             x, y = positions[n.id]
             fill = NODE_COLOURS[n.kind]
             dash = ' stroke-dasharray="5 3"' if n.kind == "group" else ""
             out.append(
                 f'<g><title>{html.escape(_tooltip(n))}</title><rect x="{x + 10}" y="{y + 10}" '
-                f'width="{_W}" height="{_H}" rx="6" fill="{fill}" stroke="#557"{dash}/>'
-                f'<text x="{x + 10 + _W / 2}" y="{y + 10 + _H / 2 + 4}" text-anchor="middle">'
-                f"{html.escape(_label(n))}</text></g>"
+                f'width="{NODE_WIDTH}" height="{NODE_HEIGHT}" rx="6" fill="{fill}" stroke="#557"{dash}/>'
+                f'<text x="{x + 10 + NODE_WIDTH / 2}" y="{y + 10 + NODE_HEIGHT / 2 + 4}" text-anchor="middle">'
+                f"{html.escape(node_label(n))}</text></g>"
             )
         out.append("</svg>")
         return "\n".join(out)
 
 
-_W, _H, _GAP_X, _GAP_Y = 150, 34, 30, 40
-_ARROW = (
+# A node's box in layout pixels, shared by the SVG and the matplotlib figure.
+NODE_WIDTH, NODE_HEIGHT, _GAP_X, _GAP_Y = 150, 34, 30, 40
+ARROW_MARKER = (
     '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
     'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>'
 )
@@ -294,7 +305,8 @@ NODE_COLOURS = {"module": "#eef3ff", "group": "#fff4dc", "input": "#f3f3f3", "ou
 """Box fill of each kind of node (SVG, report and matplotlib draw alike)."""
 
 
-def _label(node: GraphNode) -> str:
+def node_label(node: GraphNode) -> str:
+    """The text drawn in a node's box (the SVG and the matplotlib figure alike)."""
     if node.label:
         return node.label
     if node.kind != "module":
@@ -314,7 +326,9 @@ def _tooltip(node: GraphNode) -> str:
     return "\n".join(lines)
 
 
-def _layout(nodes: list[GraphNode], edges: list[GraphEdge]) -> dict[str, tuple[float, float]]:
+def layered_layout(
+    nodes: list[GraphNode], edges: list[GraphEdge]
+) -> dict[str, tuple[float, float]]:
     """Layered layout: each node on the layer after its deepest predecessor (the input
     placeholder on top, the output at the bottom), then the nodes of each layer ordered by
     the mean position of their predecessors."""
@@ -358,9 +372,12 @@ def _layout(nodes: list[GraphNode], edges: list[GraphEdge]) -> dict[str, tuple[f
     widest = max((len(r) for r in rows.values()), default=1)
     positions: dict[str, tuple[float, float]] = {}
     for depth, row in rows.items():
-        offset = (widest - len(row)) * (_W + _GAP_X) / 2
+        offset = (widest - len(row)) * (NODE_WIDTH + _GAP_X) / 2
         for k, i in enumerate(row):
-            positions[i] = (offset + k * (_W + _GAP_X), float(depth * (_H + _GAP_Y)))
+            positions[i] = (
+                offset + k * (NODE_WIDTH + _GAP_X),
+                float(depth * (NODE_HEIGHT + _GAP_Y)),
+            )
     return positions
 
 
@@ -441,7 +458,7 @@ def module_graph(
     if max_nodes is not None:
         _bound_levels(graph, max_nodes)
     for node in graph.nodes.values():
-        node.label = _label(node)
+        node.label = node_label(node)
     return graph
 
 

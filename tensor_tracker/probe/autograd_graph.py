@@ -10,9 +10,10 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from .._validate import check_callable
 from ..core.structure import iter_tensors
 from ..errors import ArgumentValueError
-from .graph import _ARROW, GraphEdge, _layout, edge_svg, record_calls
+from .graph import ARROW_MARKER, GraphEdge, edge_svg, layered_layout, record_calls
 
 __all__ = ["MAX_DRAWN", "AutogradGraph", "OpNode", "autograd_graph"]
 
@@ -122,7 +123,7 @@ class AutogradGraph:
                 f"autograd_graph: {len(nodes)} operations are too many to draw usefully; "
                 f"draw one module's with to_svg(module=...) or raise max_nodes="
             )
-        return nodes, edges, _layout(nodes, edges)  # type: ignore[arg-type]
+        return nodes, edges, layered_layout(nodes, edges)  # type: ignore[arg-type]
 
     def to_dot(self, module: str | None = None, cluster: bool = True) -> str:
         """Graphviz DOT text: operations as boxes, parameters as red ellipses, inputs blue;
@@ -169,7 +170,7 @@ class AutogradGraph:
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             'font-family="sans-serif" font-size="10">',
-            _ARROW,
+            ARROW_MARKER,
         ]
         for e in edges:
             (x1, y1), (x2, y2) = positions[e.source], positions[e.target]
@@ -220,6 +221,8 @@ def autograd_graph(
         >>> sorted(n.label for n in ops.nodes.values() if n.kind == "param")
         ['0.bias', '0.weight', '2.bias', '2.weight']
     """
+    if loss_fn is not None:
+        check_callable(loss_fn, "autograd_graph(loss_fn=...)", "output -> loss tensor")
     calls, output = record_calls(model, inputs, kwargs)
     roots = [loss_fn(output)] if loss_fn is not None else list(iter_tensors(output))
     params = {id(p): n for n, p in reversed(list(model.named_parameters(remove_duplicate=False)))}

@@ -26,13 +26,13 @@ from torch import Tensor
 from .._optional import require
 from ..core.columns import OBJECT, REFS, STASH, Columns
 from ..core.records import LogEntry
+from ..data.frame import type_name
 from ..errors import ArgumentValueError, TensorTrackerError
 from ..stats import Histogram, StatsFn
 from ..stats.kernels import F64, NAN
 from ..stats.layout import Layout
 from ..stats.spec import CustomName
 from ..stats.store import StatsStore
-from .frame import type_name
 from .recording import module_class
 
 __all__ = ["Part", "combined_frame", "merge", "merged_stats", "part_of", "stats_fn_of"]
@@ -90,7 +90,7 @@ def part_of(columns: Columns, rank: int, world_size: int, log: Sequence[LogEntry
     raw, numel = b"", b""
     spec = None
     if isinstance(store, StatsStore):
-        spec = store.layout._spec
+        spec = store.layout.spec
         if stored:
             table, counts = store.table(torch.tensor(list(stored), dtype=torch.int64))
             raw = table.contiguous().numpy().tobytes()
@@ -181,7 +181,7 @@ def _append(into: Columns, source: Columns) -> None:
     if refs:
         assert isinstance(source.store, StatsStore) and isinstance(store, StatsStore)
         raw, numel = source.store.table(torch.tensor(list(refs), dtype=torch.int64))
-        if source.store.layout._spec != store.layout._spec:
+        if source.store.layout.spec != store.layout.spec:
             raw = _convert(source.store.layout, store.layout, raw, numel)
         first, stride = store.add_host_rows(
             raw.contiguous().numpy().tobytes(), numel.to(torch.int64).numpy().tobytes()
@@ -258,20 +258,20 @@ def _convert(source: Layout, into: Layout, raw: Tensor, numel: Tensor) -> Tensor
     """Raw vectors `raw` of layout `source` as raw vectors of `into`, a layout built by
     `merged_stats`: its values (one slot each, in spec order) then its histograms' counts;
     NaN where `source` did not record a statistic."""
-    customs = [item.name for item in into._spec if isinstance(item, CustomName)]
+    customs = [item.name for item in into.spec if isinstance(item, CustomName)]
     out = torch.full((raw.shape[0], into.width), NAN, dtype=F64)
     values = source.derive(raw, numel, [name for name in customs if name in source])
     for slot, name in enumerate(customs):
         if name in values:
             out[:, slot] = values[name]
     # The histograms' slots are the last of a raw vector, in spec order, `bins + 5` each.
-    source_hists = [item for item in source._spec if isinstance(item, Histogram)]
+    source_hists = [item for item in source.spec if isinstance(item, Histogram)]
     at = source.width - sum(h.bins + 5 for h in source_hists)
     where: dict[str, int] = {}
     for h in source_hists:
         where[h.name], at = at, at + h.bins + 5
     slot = len(customs)
-    for h in (item for item in into._spec if isinstance(item, Histogram)):
+    for h in (item for item in into.spec if isinstance(item, Histogram)):
         if h.name in where:
             out[:, slot : slot + h.bins + 5] = raw[:, where[h.name] : where[h.name] + h.bins + 5]
         slot += h.bins + 5
@@ -282,9 +282,9 @@ def stats_fn_of(spec: tuple[Any, ...] | None) -> StatsFn | None:
     """The `StatsFn` reading raw vectors of `spec` (custom statistics are not computable)."""
     if spec is None:
         return None
-    from .recording import _spec_from_json, _spec_to_json
+    from .recording import spec_from_json, spec_to_json
 
-    return _spec_from_json(_spec_to_json(spec))
+    return spec_from_json(spec_to_json(spec))
 
 
 def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence[str]) -> Any:
@@ -293,8 +293,8 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     combined exactly (`tensor_tracker.stats.combine`); column `ranks` counts them."""
     pd = require("pandas", "pandas")
     np = require("numpy", "pandas")
+    from ..data.frame import first_stats, meta_columns
     from ..stats.merging import combine_table
-    from .frame import _first_stats, _meta_columns
 
     store = columns.store
     if not isinstance(store, StatsStore):
@@ -311,11 +311,11 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     picked = np.concatenate([refs[in_store], np.array(first, np.int64)])
     raw, numel = store.table(torch.from_numpy(picked))
     # Statistics kept in objects (the first tensor of a dict or nested output), alike.
-    spec = store.layout._spec
+    spec = store.layout.spec
     extra_rows, extra_raw, extra_numel = [], [], []
     for i in np.flatnonzero(~in_store & ((flags & REFS) == 0)):
-        found = _first_stats(columns.value_at(int(i)))
-        if found is not None and found.layout._spec == spec:
+        found = first_stats(columns.value_at(int(i)))
+        if found is not None and found.layout.spec == spec:
             extra_rows.append(int(i))
             extra_raw.append(found.raw.detach().to("cpu", torch.float64))
             extra_numel.append(float(found.numel))
@@ -326,7 +326,7 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     order = torch.from_numpy(np.argsort(rows, kind="stable"))  # recording order
     rows, raw, numel = rows[order.numpy()], raw[order], numel[order]
     whole = {int(i): columns.objects[refs[i]] for i in extra_rows if flags[i] & STASH}
-    meta = pd.DataFrame(_meta_columns(columns, whole)).iloc[rows]
+    meta = pd.DataFrame(meta_columns(columns, whole)).iloc[rows]
     meta["rank"] = np.asarray(ranks, dtype=np.int64)[rows]
     keys = ["step", "name", "kind", "attr", "grad", "call"]
     group = meta.groupby(keys, sort=False).ngroup().to_numpy()

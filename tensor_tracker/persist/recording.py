@@ -59,13 +59,13 @@ from torch.utils._pytree import SUPPORTED_NODES
 from .._optional import require
 from ..core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, TUPLE, Columns, Site
 from ..core.records import LogEntry, Stash, Unrecorded
-from ..core.stash_fns import _IMMUTABLE
-from ..core.structure import _walks_attributes
+from ..core.stash_fns import IMMUTABLE
+from ..core.structure import walks_attributes
+from ..data.frame import type_name
 from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, Stats, StatsFn
 from ..stats.spec import CustomName, Statistic
 from ..stats.store import StatsStore
-from .frame import type_name
 
 __all__ = [
     "FORMAT",
@@ -91,7 +91,9 @@ def _require_arrow() -> Any:
 # -- the statistics spec as JSON ---------------------------------------------------------
 
 
-def _spec_to_json(spec: Sequence[str | Histogram | CustomName]) -> list[Any]:
+def spec_to_json(spec: Sequence[str | Histogram | CustomName]) -> list[Any]:
+    """A statistics spec as JSON: names as they are, histograms as dicts, custom
+    statistics by name (their functions are not saved)."""
     out: list[Any] = []
     for item in spec:
         if isinstance(item, str):
@@ -103,7 +105,8 @@ def _spec_to_json(spec: Sequence[str | Histogram | CustomName]) -> list[Any]:
     return out
 
 
-def _spec_from_json(items: list[Any]) -> StatsFn:
+def spec_from_json(items: list[Any]) -> StatsFn:
+    """The `StatsFn` that reads statistics saved with the spec `spec_to_json` wrote."""
     spec: list[Any] = []
     for item in items:
         if isinstance(item, str):
@@ -157,7 +160,7 @@ class _Encoder:
         if isinstance(value, torch.device):
             return {"$device": str(value)}
         numpy = sys.modules.get("numpy")
-        plain = _IMMUTABLE if numpy is None else (*_IMMUTABLE, numpy.generic, numpy.ndarray)
+        plain = IMMUTABLE if numpy is None else (*IMMUTABLE, numpy.generic, numpy.ndarray)
         if isinstance(value, plain) and not isinstance(value, (tuple, list)):
             return {"$repr": repr(value)}
         if isinstance(value, tuple):  # namedtuples too: first_value unwraps them alike
@@ -171,7 +174,7 @@ class _Encoder:
             items = list(value.items())
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             items = [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
-        elif _walks_attributes(value):
+        elif walks_attributes(value):
             items = list(vars(value).items())
         elif type(value) in SUPPORTED_NODES:
             children = SUPPORTED_NODES[type(value)].flatten_fn(value)[0]
@@ -219,9 +222,10 @@ def _decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) -
 # -- writing -----------------------------------------------------------------------------
 
 
-def _spec_of(columns: Columns) -> tuple[Any, ...] | None:
+def spec_of(columns: Columns) -> tuple[Any, ...] | None:
+    """The statistics spec of a tracker's columns, or None when it keeps no statistics."""
     store = columns.store
-    return store.layout._spec if isinstance(store, StatsStore) else None
+    return store.layout.spec if isinstance(store, StatsStore) else None
 
 
 class RecordingWriter:
@@ -246,7 +250,7 @@ class RecordingWriter:
             )
         self.path.mkdir(parents=True, exist_ok=True)
         self._stats = stats
-        self._width = 0 if stats is None else _spec_from_json(_spec_to_json(stats)).layout.width
+        self._width = 0 if stats is None else spec_from_json(spec_to_json(stats)).layout.width
         self._sites_written = 0
         self._batches = 0
         self._options = pa.ipc.IpcWriteOptions(compression="zstd")
@@ -296,7 +300,7 @@ class RecordingWriter:
         meta = {
             "format": FORMAT,
             "version": VERSION,
-            "stats": None if self._stats is None else _spec_to_json(self._stats),
+            "stats": None if self._stats is None else spec_to_json(self._stats),
             "complete": complete,
             "writer": {"pid": os.getpid(), "host": socket.gethostname()},
             "torch": torch.__version__,
@@ -564,7 +568,7 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
             f"to version {VERSION}: upgrade tensor_tracker"
         )
     live = _writer_alive(meta)
-    stats = None if meta.get("stats") is None else _spec_from_json(meta["stats"])
+    stats = None if meta.get("stats") is None else spec_from_json(meta["stats"])
     store = None if stats is None else stats.store()
     columns = Columns(store)
     site_ids: dict[int, int] = {}

@@ -1,4 +1,4 @@
-"""Issue #15, in one process: several ranks' records in one tracker (`data.ranks`), as
+"""Issue #15, in one process: several ranks' records in one tracker (`persist.ranks`), as
 `Tracker.gather` builds it (here from parts made by hand) and as `load` reads a run
 directory of `rank-N` recordings; outside `torch.distributed` nothing changes."""
 
@@ -13,8 +13,8 @@ import torch
 import tensor_tracker
 from tensor_tracker import Stash, Tracker, track
 from tensor_tracker.api import _merged
-from tensor_tracker.data.ranks import merge, part_of
 from tensor_tracker.errors import RecordingError, TrackerStateError
+from tensor_tracker.persist.ranks import merge, part_of
 from tests.helpers import batch, tiny_model, train
 
 

@@ -1,0 +1,10 @@
+"""Probes: run a model once with temporary hooks and describe that one pass.
+
+Every hook is removed when the pass ends, error or not. Builds on `tensor_tracker.data`
+(type names, NaN/inf flags).
+
+- `summary`: `summary`, one forward (and backward) pass summarised per module call.
+- `timeline`: what `summary` measures a pass with: clocks, CUDA memory, NaN/inf flags.
+- `graph`: `module_graph`, which module call feeds which, found through autograd.
+- `autograd_graph`: `autograd_graph`, the operations autograd recorded in one pass.
+"""
