@@ -218,6 +218,13 @@ def test_the_report_of_a_bert_run(
     # Pins come off from the card; the scale chart pins too.
     _click(browser, cards[1].find_element(By.CSS_SELECTOR, "button.pin"))
     assert len(browser.find_elements(By.CSS_SELECTOR, "#pins .card")) == 1
+    # From the graph: a node's details pin its module.
+    _click(
+        browser, browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="embeddings#0"]')
+    )
+    _click(browser, browser.find_element(By.CSS_SELECTOR, "#node-info button.pin"))
+    cards = browser.find_elements(By.CSS_SELECTOR, "#pins .card")
+    assert [c.get_attribute("data-module") for c in cards] == [QUERY, "embeddings"]
 
     # The scale chart: a point reads out its module and value, on hover or on tap, and a
     # click shows its module.
@@ -241,7 +248,7 @@ def test_the_report_of_a_bert_run(
     _wait(browser, f"return state.module === DATA.modules.findIndex((m) => m.name === '{name}')")
     assert browser.find_element(By.ID, "panel-title").text.startswith(f"{name} (Linear)")
     _click(browser, readout.find_element(By.CSS_SELECTOR, "button.pin"))
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#pins .card")) == 2
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#pins .card")) == 3
 
     # A fraction is drawn on a linear axis, zeros included (not "0 recorded steps").
     select = browser.find_element(By.ID, "stat")
@@ -259,7 +266,7 @@ def test_the_report_of_a_bert_run(
     assert axes and all(a[0] == "step" and a[1] for a in axes), axes
     marks = browser.find_elements(By.CSS_SELECTOR, ".kpi .note-mark span")
     assert [m.text for m in marks] == ["note: learning rate lowered"]
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#pins .note-mark")) == 2
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#pins .note-mark")) == 3
 
     # The loss chart reads out its step and value.
     kpi = browser.find_element(By.CSS_SELECTOR, '.kpi[data-name="loss"] .u-over')
