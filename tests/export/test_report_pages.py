@@ -211,7 +211,11 @@ def test_the_report_of_a_bert_run(
     (_touch if phone else _hover)(browser, canvas, 0, -20)
     readout = strip.find_element(By.CLASS_NAME, "readout").text
     assert readout.startswith(QUERY + " \u00b7 step ") and "values in all" in readout, readout
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cards[0])
+    browser.execute_script(  # the cards' tops just under the sticky header
+        "scrollTo(0, arguments[0].getBoundingClientRect().top + scrollY"
+        " - document.querySelector('header').offsetHeight - 8)",
+        cards[0],
+    )
     _no_sideways_scroll(browser)
     _nothing_cut(browser)
     browser.save_screenshot(str(folder / f"report-{size}-pins.png"))
