@@ -17,9 +17,11 @@ from ._optional import require
 from ._validate import check_bool, check_choices, check_int, check_path, check_type
 from .core.columns import Columns
 from .core.dist import gather_objects
-from .core.records import StashFn, StashValueFn
+from .core.options import Options
+from .core.records import LogEntry, StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
-from .core.tracker import Pattern, Recorder, check_module, compile_pattern
+from .core.tracker import Pattern, Recorder, check_module
+from .data.compare import Comparison, Names, check_options, compare
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
 from .errors import (
@@ -31,6 +33,7 @@ from .errors import (
 )
 from .persist.ranks import Part, combined_frame, merge, merged_stats, part_of
 from .persist.recording import RecordingWriter, read_recording, spec_of
+from .probe.compare_models import DEFAULT_MAX_BYTES, record_pair
 from .probe.summary import Summary, recorded_summary
 from .stats import StatsFn, parse
 from .stats.store import StatsStore
@@ -38,7 +41,7 @@ from .stats.store import StatsStore
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["Tracker", "load", "rank_parts", "track"]
+__all__ = ["Tracker", "compare", "compare_models", "load", "rank_parts", "track"]
 
 
 class Tracker(Recorder):
@@ -46,8 +49,8 @@ class Tracker(Recorder):
 
     A tracker is a sequence of stashes (`len`, indexing, iteration, in recording order) and a
     context manager that removes its hooks on exit. The recording itself (hooks, `step`,
-    `capture=`, `every=`, memory budget) is `tensor_tracker.core.tracker.Recorder`'s; see
-    there for the arguments. A `Tracker` adds the ways to read what was recorded.
+    `capture=`, `every=`, memory budget) is `tensor_tracker.core.tracker.Recorder`'s; the
+    arguments are described in `tensor_tracker.core.options.Options`. A `Tracker` adds the ways to read what was recorded.
 
     Example:
         >>> tracker = Tracker()
@@ -93,6 +96,32 @@ class Tracker(Recorder):
 
     _rank_stats: dict[int, tuple[str, ...]] | None = None
     """The statistics each rank recorded, when ranks recorded different ones."""
+
+    @classmethod
+    def _of_ranks(
+        cls,
+        stash_fn: StashFn | None,
+        parts: Sequence[Part | tuple[int, Columns]],
+        logged: list[LogEntry],
+        error: type[TensorTrackerError] = TrackerStateError,
+    ) -> Tracker:
+        """A tracker (no hooks) holding several ranks' records: `parts` as `merge` takes
+        them, in rank order, read with `stash_fn` when every rank recorded the same
+        statistics, else with `merged_stats`'s layout (raising `error` when they cannot be
+        merged)."""
+        specs = [p.spec if isinstance(p, Part) else spec_of(p[1]) for p in parts]
+        union = merged_stats(specs, error)
+        merged = cls(stash_fn if union is None else get_stash_fn(union))
+        merged.row_ranks = merge(parts, merged.stashes)
+        merged.logged = logged
+        if union is not None:
+            merged._rank_stats = {
+                (p.rank if isinstance(p, Part) else p[0]): tuple(
+                    i if isinstance(i, str) else i.name for i in spec or ()
+                )
+                for p, spec in zip(parts, specs, strict=True)
+            }
+        return merged
 
     def _ranks(self) -> Any:
         """The rank of each row, or `None` outside `torch.distributed`."""
@@ -141,8 +170,7 @@ class Tracker(Recorder):
         parts = gather_objects(part, dst, group)
         if parts is None:
             return None
-        merged = _merged(parts, self._stash_fn, TrackerStateError)
-        merged.logged = [e for p in parts for e in p.log]
+        merged = Tracker._of_ranks(self._stash_fn, parts, [e for p in parts for e in p.log])
         merged.rank, merged.world_size = self.rank, self.world_size
         return merged
 
@@ -304,40 +332,18 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     if parts:
         recordings = [(rank, read_recording(part, recover=recover)) for rank, part in parts]
         stats = recordings[0][1].stats
-        tracker = _merged(
-            [(r, rec.columns) for r, rec in recordings],
+        tracker = Tracker._of_ranks(
             get_stash_fn(stats) if stats is not None else None,
+            [(r, rec.columns) for r, rec in recordings],
+            [e for _, rec in recordings for e in rec.log],
             RecordingError,
         )
-        tracker.logged = [e for _, rec in recordings for e in rec.log]
         tracker.world_size = len(parts)
         return tracker
     recording = read_recording(path, recover=recover)
     tracker = Tracker(get_stash_fn(recording.stats) if recording.stats is not None else None)
     tracker.stashes = recording.columns
     tracker.logged = recording.log
-    return tracker
-
-
-def _merged(
-    parts: Sequence[Part | tuple[int, Columns]],
-    stash_fn: StashFn | None,
-    error: type[TensorTrackerError],
-) -> Tracker:
-    """A tracker holding the records of `parts` (see `data.ranks.merge`), read with
-    `stash_fn` when every rank recorded the same statistics, else with `merged_stats`'s
-    layout (raising `error` when they cannot be merged)."""
-    specs = [p.spec if isinstance(p, Part) else spec_of(p[1]) for p in parts]
-    union = merged_stats(specs, error)
-    tracker = Tracker(stash_fn if union is None else get_stash_fn(union))
-    tracker.row_ranks = merge(parts, tracker.stashes)
-    if union is not None:
-        tracker._rank_stats = {
-            (p.rank if isinstance(p, Part) else p[0]): tuple(
-                i.name if hasattr(i, "name") else i for i in spec or ()
-            )
-            for p, spec in zip(parts, specs, strict=True)
-        }
     return tracker
 
 
@@ -497,20 +503,13 @@ def track(
 
     Args:
         module: the model (any `torch.nn.Module`).
-        grad: also record gradients.
-        include: only modules whose name matches this regex (string or compiled).
-        exclude: skip modules whose name matches this regex.
+        grad, include, exclude, capture, optimizer, every, train_only, max_bytes,
+            keep_steps: which modules and what of them to record, and how much to keep;
+            each is described once, in `tensor_tracker.core.options.Options` (the object
+            `track` builds from them and checks before touching the model).
         stash_value: transform applied to each stashed tensor.
         stash: builds each `Stash` from an `Event` (excludes `stash_value`).
         stats: `True`, statistic names, or custom statistics (see above).
-        capture: `"outputs"`, `"inputs"`, `"params"`, or several of them.
-        optimizer: record this optimizer's state for the tracked parameters.
-        every: record every N-th step only (or `{kind: N}` per kind of step, see
-            `Tracker.step`).
-        train_only: record only modules in training mode.
-        max_bytes: memory budget for the stashes.
-        keep_steps: keep only the current step and the `keep_steps - 1` before it (a
-            flight recorder of full copies; see below).
         device: where full copies go (`None`: stay on the tensor's device).
         dtype: dtype of full copies.
         sample: keep this many random elements of each tensor.
@@ -547,9 +546,6 @@ def track(
         Nothing is attached to the model when an argument is rejected.
     """
     check_module(module)
-    check_bool(grad, "grad=")
-    compile_pattern(include, "include")
-    compile_pattern(exclude, "exclude")
     copy = CopyValue(device, dtype, sample, seed, non_blocking)  # checks their types
     copy_options = (device, dtype, sample, seed, non_blocking) != ("cpu", None, None, 0, False)
     custom = [n for n, v in (("stash", stash), ("stash_value", stash_value)) if v is not None]
@@ -571,8 +567,11 @@ def track(
         stash_value = parse(stats)
     elif not custom:
         stash_value = copy
-    tracker = Tracker(
+    options = Options(
         get_stash_fn(stash_value, stash),
+        grad=grad,
+        include=include,
+        exclude=exclude,
         capture=capture,
         optimizer=optimizer,
         every=every,
@@ -580,11 +579,14 @@ def track(
         max_bytes=max_bytes,
         keep_steps=keep_steps,
     )
+    tracker = Tracker(options=options)
     if on_nonfinite is not None:
         _arm_tripwire(tracker, on_nonfinite)
     if stream_to is not None:
         _stream(tracker, stream_to)
-    tracker.register_all(module, grad=grad, include=include, exclude=exclude)
+    tracker.register_all(
+        module, grad=options.grad, include=options.include, exclude=options.exclude
+    )
     return tracker
 
 
@@ -604,8 +606,7 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
         if block_ended:
             writer.pause()
 
-    tracker._flush = flush
-    tracker.stream_path = Path(path)
+    tracker.on_flush(flush, Path(path))
 
 
 def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | None], Any]) -> None:
@@ -650,4 +651,74 @@ def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | No
             assert callable(on_nonfinite)
             on_nonfinite(found)
 
-    tracker._watch_nonfinite(store.nonfinite, handler, store.notice)
+    tracker.watch_nonfinite(store.nonfinite, handler, store.notice)
+
+
+def compare_models(
+    model_a: nn.Module,
+    model_b: nn.Module,
+    *inputs: Any,
+    kwargs: Mapping[str, Any] | None = None,
+    loss_fn: Callable[[Any], Tensor] | None = None,
+    names: Names = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+) -> Comparison:
+    """Run two models on the same inputs and say where they first differ, forward and
+    backward: `model_a` then `model_b`, each under `track` keeping a full copy of every
+    module's output (and with `loss_fn`, of every module's output gradient), then
+    `tensor_tracker.compare` of the two.
+
+    For `torch.compile(model)` against `model`, a copy of the model in another dtype
+    (`copy.deepcopy(model).bfloat16()`), a refactored model (`names=`), or the same model
+    on another device. Both runs start from the caller's random state, so dropout draws
+    the same masks in both (in eager mode; TorchInductor draws its own random numbers:
+    compare compiled models in `eval()` mode, or set
+    `torch._inductor.config.fallback_random = True`).
+
+    Inputs are given to each model as it needs them: every floating-point tensor is cast
+    to the dtype of that model's first floating-point parameter, and every tensor moved to
+    its device (integer tensors such as token ids keep their dtype). A model that should
+    see fp32 inputs under autocast: wrap it, `forward` under `torch.autocast`.
+
+    Nothing is left changed: both models' parameters, buffers (e.g. BatchNorm's running
+    statistics) and parameter gradients are put back as they were (the same tensors,
+    bitwise), and the caller's random state (CPU and, when available, CUDA) too, also when
+    an error stops it. The models keep their `training` mode as given. While it runs, a
+    copy of every parameter and buffer is held, besides the recordings.
+
+    Args:
+        model_a: the reference model (its module names and order are the comparison's).
+        model_b: the model to compare with it.
+        *inputs: the positional inputs of both models.
+        kwargs: keyword inputs of both models (e.g. `{"attention_mask": mask}`).
+        loss_fn: called with each model's output, returns a scalar tensor; its
+            `backward()` gives the gradients compared. Without it, forward values only.
+        names: the name in `model_b` of a module of `model_a` (a dict, or a function), for
+            renamed or re-wrapped modules; see `compare`.
+        max_bytes: the memory budget of the copies of both runs together (default 2 GiB).
+        rtol, atol: the comparison's default tolerance (see `compare`).
+
+    Returns:
+        A `Comparison` (its `.a` and `.b` are the two `Tracker`s).
+
+    Raises:
+        TypeError: a model is not an `nn.Module`, `loss_fn` is not callable or does not
+            return a scalar tensor.
+        MemoryBudgetError: the copies would exceed `max_bytes`; nothing is left changed.
+
+    Example:
+        >>> cmp = tensor_tracker.compare_models(model, torch.compile(model), x,
+        ...                                     loss_fn=lambda out: out.sum())
+        >>> print(cmp)                                   # doctest: +SKIP
+        >>> cmp.first_divergence(grad=True)               # doctest: +SKIP
+    """
+    check_options(names, rtol, atol, "compare_models")  # before anything runs
+    copy = CopyValue()
+
+    def new_tracker(budget: int) -> Tracker:
+        return Tracker(get_stash_fn(copy), max_bytes=budget)
+
+    a, b = record_pair(new_tracker, model_a, model_b, inputs, kwargs, loss_fn, max_bytes)
+    return compare(a, b, names=names, rtol=rtol, atol=atol)

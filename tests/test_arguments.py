@@ -145,6 +145,37 @@ CASES: list[tuple[str, Call, type, str]] = [
     ("Summary.table depth", lambda e: tt.summary(e.model, e.x).table(depth=-1), V, "depth"),
     ("ModuleGraph.level", lambda e: e.graph.level(5), T, "parent"),
     ("ModuleGraph.to_svg", lambda e: e.graph.to_svg(parent=5), T, "parent"),
+    # comparing runs
+    ("compare a", lambda e: tt.compare(5, e.stats), T, "a"),
+    ("compare rtol", lambda e: tt.compare(e.stats, e.stats, rtol=-1.0), V, "rtol"),
+    ("compare atol", lambda e: tt.compare(e.stats, e.stats, atol="x"), T, "atol"),
+    ("compare names", lambda e: tt.compare(e.stats, e.stats, names=5), T, "names"),
+    ("compare_models model", lambda e: tt.compare_models("m", e.model, e.x), T, "model_a"),
+    (
+        "compare_models loss_fn",
+        lambda e: tt.compare_models(e.model, e.model, e.x, loss_fn=5),
+        T,
+        "loss_fn",
+    ),
+    (
+        "compare_models max_bytes",
+        lambda e: tt.compare_models(e.model, e.model, e.x, max_bytes=0),
+        V,
+        "max_bytes",
+    ),
+    ("plot.compare cmp", lambda e: plot.compare(5), T, "cmp"),
+    (
+        "plot.compare step",
+        lambda e: plot.compare(tt.compare(e.stats, e.stats), step="x"),
+        T,
+        "step",
+    ),
+    (
+        "plot.compare error",
+        lambda e: plot.compare(tt.compare(e.stats, e.stats), error=5),
+        T,
+        "error",
+    ),
     # reading recordings
     ("diagnose recording", lambda e: tt.diagnose(5), T, "recording"),
     ("diagnose dead", lambda e: tt.diagnose(e.stats, dead=2.0), V, "dead"),

@@ -4,11 +4,21 @@ This layer depends on torch alone; statistics, tables and viewers build on it. V
 sized through an `nbytes` attribute, so it needs to know nothing about what the layers
 above store in a stash.
 
-- `tracker.Recorder`: registers hooks, keeps the stashes, steps, memory budget.
+- `tracker`: `Recorder`: registering modules, steps, `with` blocks; `stash()`.
+- `options`: `Options`, how a tracker records (every option of `track` and `Tracker`
+  about what to record), checked once.
+- `hooks`: the eager hooks and the record path, from a module's output to the stored row.
+- `compiled`: the compiled-graph path: statistics computed inside a compiled model's
+  graphs, delivered through `graph_sink`.
+- `budget`: `max_bytes=`, the bytes the records hold against a limit.
 - `columns`: the records as arrays of integers (`Columns`), read as `Stash` objects, and
   the `ValueStore` protocol through which a stash value keeps its own values as columns.
-- `stash`: `Event`, `Stash`, `Kind`, the standard stash functions and `CopyValue`.
+- `records`: `Event`, `Stash`, `Kind`, `Origin`, `LogEntry`, `Unrecorded`.
+- `stash_fns`: the standard stash functions (`default_stash`, `get_stash_fn`) and
+  `CopyValue`.
 - `structure`: walking the nested structures modules return.
 - `grad_hooks`: reading gradients with tensor hooks only (views, several outputs).
+- `graph_sink`: the custom op through which compiled graphs hand statistics out.
 - `memo`: computing once for a tensor seen again unchanged.
+- `dist`: the rank, local shards, and the one collective of `gather`.
 """

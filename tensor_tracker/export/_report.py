@@ -13,11 +13,13 @@ from typing import Any
 
 from .._optional import require
 from .._validate import check_path, check_type
+from ..data.compare import Comparison
 from ..errors import ArgumentTypeError
 from ..probe.graph import ModuleGraph
 from ..stats.builtin import BUILTINS
 from ..stats.formats import FORMATS
 from ._columns import columns_of
+from ._compare_report import comparison_payload
 from ._html import fill, script_json
 
 __all__ = ["page", "report"]
@@ -211,7 +213,12 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
         )
     if graph is not None:
         check_type(graph, ModuleGraph, "graph=", "a tensor_tracker.module_graph(model, inputs)")
+    compared = recording if isinstance(recording, Comparison) else None
+    if compared is not None:  # the page of run a, with the errors against run b
+        recording = compared.a
     payload = _nothing_recorded(title) if recording is None else _payload(recording, title)
+    if compared is not None:
+        payload["compare"] = comparison_payload(compared, payload)
     payload["graph"] = None if graph is None else graph.to_dict()
     payload["view"] = view
     text = resources.files(__package__).joinpath("report.html").read_text()
@@ -245,8 +252,16 @@ def report(
     Charts are drawn by uPlot and the graph laid out by dagre, both inlined (see
     `tensor_tracker/export/vendor`).
 
+    A `Comparison` (`tensor_tracker.compare`, `compare_models`) gets the page of its run
+    `a` with the errors against run `b`: the counts and first divergences in the header,
+    a chart of every module's error at the chosen step (forward circles, gradient squares;
+    green bitwise equal, blue within the tolerance, red beyond, darker for larger errors),
+    the module list and the graph's nodes coloured the same way, and each series' error in
+    the module's panel.
+
     Args:
-        recording: a `Tracker`, live or `load`ed; `None` for a page of the `graph` alone.
+        recording: a `Tracker`, live or `load`ed, or a `Comparison`; `None` for a page of
+            the `graph` alone.
         path: the HTML file to write.
         title: the page title (default: the file name).
         graph: a `module_graph` of the model, drawn at the top of the page: click a node to

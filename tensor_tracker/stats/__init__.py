@@ -38,6 +38,20 @@ float16/bfloat16/float8 tensors are reduced in float32, integer and bool tensors
 float32/float64 tensors in their own precision (so the squares behind `std`/`rms` of a
 float32 tensor overflow beyond about 1e19).
 
+Modules, from what a user names to what a hook runs and a table reads:
+
+- `spec`: what a stats spec names (`Statistic`, `histogram()`) and its parsing.
+- `builtin`: the table of built-in statistics, the one place to add one.
+- `formats`: the range limits of fp16, bf16 and fp8 formats.
+- `kernels`: the hot-path kernels that compute a tensor's raw numbers.
+- `binning`: histogram counts on the device.
+- `layout`: `Layout`, which statistics a raw vector holds and how each is derived.
+- `fn`: `StatsFn` (`parse`, `compute`): a tensor to its `Stats`.
+- `values`: `Stats`, one tensor's statistics, on its device until read.
+- `store`: `StatsStore`, many tensors' statistics in one buffer per device.
+- `table`: `stats_table`, many `Stats` read to the host at once.
+- `merging`: the statistics of several tensors combined (across ranks).
+
 Example:
     >>> fn = parse(["mean", "rms", "fp16_overflow"])
     >>> s = fn(torch.tensor([1.0, -1.0, 1e5]))

@@ -12,7 +12,6 @@ import torch
 
 import tensor_tracker
 from tensor_tracker import Stash, Tracker, track
-from tensor_tracker.api import _merged
 from tensor_tracker.errors import RecordingError, TrackerStateError
 from tensor_tracker.persist.ranks import merge, part_of
 from tests.helpers import batch, tiny_model, train
@@ -135,7 +134,7 @@ def _ranks_with_different_statistics() -> list[Tracker]:
 def test_gathered_ranks_with_different_statistics_keep_their_own_values() -> None:
     ranks = _ranks_with_different_statistics()
     parts = [pickle.loads(pickle.dumps(part_of(t.stashes, r, 3))) for r, t in enumerate(ranks)]
-    merged = _merged(parts, ranks[0]._stash_fn, TrackerStateError)
+    merged = Tracker._of_ranks(ranks[0]._stash_fn, parts, [])
     _check_each_rank_as_recorded(merged, ranks)
     with pytest.raises(TrackerStateError, match="different statistics"):
         merged.combined()
