@@ -145,6 +145,11 @@ class EagerHooks:
         self.stashes = Columns(make_store() if callable(make_store) else None)
         """The records, readable as a list of `Stash` (see `Columns`)."""
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
+        # Whether parameters, gradients and optimizer state are recorded in batches: with
+        # the store of the built-in statistics (see `StatsStore.put_many`).
+        self._batched = self.stashes.store is not None and (
+            getattr(stash_value, "batch_core", None) is not None
+        )
         self._pending_copies = False
         capture = options.capture
         self._outputs = "outputs" in capture
@@ -170,6 +175,12 @@ class EagerHooks:
             tuple[Callable[[], bool], Callable[[], None], Callable[[Any], None]] | None
         ) = None
         self._watched_task = -1
+        # Parameters and their gradients seen by the hooks and not computed yet: kept as
+        # (site, step, flags, tensor) and recorded together (`_record_pending`) at the end of the
+        # backward pass, before the optimizer steps, at `step()`, at the end of the block
+        # and before anything is read, so their statistics are computed in batches.
+        self._pending: list[tuple[int, int, int, Tensor]] = []
+        self._pending_task = -1  # the backward pass at whose end `_record_pending` is queued
 
     # -- the eager path, from a module's output to the stored row ------------------------
 
@@ -213,6 +224,8 @@ class EagerHooks:
             if task != self._watched_task:
                 self._watched_task = task
                 queue_at_end_of_backward(self._check_nonfinite)
+        if self._pending and flags & GRAD:
+            self._flush_at_end_of_backward()
         stash_value = self._default_value
         if stash_value is None:
             self._record_custom(site, call, step, flags, value, args, kwargs)
@@ -249,6 +262,58 @@ class EagerHooks:
             budget.count(columns, site, flags, value_nbytes(kept, budget.counted))
         self._pending_copies = self._non_blocking
         columns.add_object(site, call, step, flags, kept)
+
+    def _defer(self, site: int, flags: int, tensor: Tensor) -> None:
+        """Record `tensor` (a parameter or its gradient) later, with others (see `_record_pending`);
+        the tensors the standard statistics batch, the others are recorded now."""
+        if self._batched:
+            self._pending.append((site, self._step, flags, tensor))
+            if flags & GRAD:
+                self._flush_at_end_of_backward()
+        else:
+            self._record(site, 0, self._step, flags, tensor)
+
+    def _flush_at_end_of_backward(self) -> None:
+        task = graph_task_id()
+        if task != -1 and task != self._pending_task:
+            self._pending_task = task
+            queue_at_end_of_backward(self._flush_and_check)
+
+    def _flush_and_check(self) -> None:
+        self._record_pending()
+        # The watch queued by the first gradient of the pass ran before these were put.
+        self._check_nonfinite()
+
+    def _record_pending(self) -> None:
+        """Record the deferred parameters and gradients (see `_defer`)."""
+        self._pending_task = -1
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self._record_many(pending)
+
+    def _record_many(self, records: list[tuple[int, int, int, Tensor]]) -> None:
+        """`_record` each `(site, step, flags, tensor)` of `records` as call 0, their
+        statistics computed in batches (`StatsStore.put_many`)."""
+        if not records:
+            return
+        columns = self.stashes
+        store = columns.store
+        assert store is not None  # `_batched`
+        self._recorded = True
+        budget = self._budget
+        before = store.nbytes if budget is not None else 0
+        try:
+            refs = store.put_many([r[3] for r in records])
+        except Exception:  # the object path records them, or says why it could not
+            for site, step, flags, value in records:
+                self._record(site, 0, step, flags, value)
+            return
+        if budget is not None:
+            site, _, flags, _ = records[0]
+            budget.count(columns, site, flags, store.nbytes - before)
+        add = columns.add
+        for (site, step, flags, _), ref in zip(records, refs, strict=True):
+            add(site, 0, step, flags, ref)
 
     def _site(self, reg: Registration, kind: Kind, attr: str) -> int:
         """The `Columns` site of (`reg`, `kind`, `attr`), resolved once."""
@@ -357,8 +422,7 @@ class EagerHooks:
             if self._params and reg.param_step != self._step_count:
                 reg.param_step = self._step_count
                 for attr, param in reg.params:
-                    site = self._site(reg, "param", attr)
-                    self._record(site, 0, step, flags, local_value(param))
+                    self._defer(self._site(reg, "param", attr), flags, local_value(param))
 
         return hook
 
@@ -380,22 +444,36 @@ class EagerHooks:
                 return
             flags = GRAD | TUPLE | (TRAINING if training else 0)
             grad = param.grad
-            self._record(site, 0, self._step, flags, None if grad is None else local_value(grad))
+            if grad is None:
+                self._record(site, 0, self._step, flags, None)
+            else:
+                self._defer(site, flags, local_value(grad))
 
         return hook
 
+    def _optimizer_pre_hook(self, *_: Any) -> None:
+        self._record_pending()  # the parameters as the forward pass used them, before the update
+
     def _optimizer_hook(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self._record_pending()
+        records: list[tuple[int, int, int, Tensor]] = []
+        step = self._step
         for reg in self._registrations:
             training = reg.module.training
             if self._train_only and not training:
                 continue
+            flags = TRAINING if training else 0
             for attr, param in reg.params:
                 for key, value in optimizer.state.get(param, {}).items():
                     # Skip scalars such as Adam's "step"; keep per-element state.
                     if isinstance(value, Tensor) and value.shape == param.shape:
                         site = self._site(reg, "optimizer", f"{attr}.{key}")
-                        flags = TRAINING if training else 0
-                        self._record(site, 0, self._step, flags, local_value(value))
+                        records.append((site, step, flags, local_value(value)))
+        if self._batched:
+            self._record_many(records)
+        else:
+            for site, step, flags, value in records:
+                self._record(site, 0, step, flags, value)
 
     def _stash_named(self, name: str, value: Any, frame: Any, kind: Kind) -> None:
         """Record `value` for `stash`, under the innermost registered module whose
