@@ -20,7 +20,7 @@ from torch import Tensor
 from ..core.structure import iter_leaves
 from ..errors import ArgumentValueError, TrackerStateError
 from .batch import rows_raw
-from .kernels import F64, REDUCED_AS_THEY_ARE, compute_dtype
+from .kernels import F64, REDUCED_AS_THEY_ARE, compute_dtype, flat
 from .values import Stats
 
 if TYPE_CHECKING:
@@ -284,7 +284,7 @@ class StatsStore:
                 groups.setdefault((t.device, t.dtype, t.numel()), []).append(i)
         with torch.no_grad():  # parameters require grad; stacking them needs no graph
             for (device, dtype, numel), rows in groups.items():
-                x = torch.stack([tensors[i].reshape(-1) for i in rows])
+                x = torch.stack([flat(tensors[i]) for i in rows])
                 if dtype not in REDUCED_AS_THEY_ARE:
                     x = x.to(compute_dtype(dtype))
                 ref = self._add_block(rows_raw(core, x), numel, device)
