@@ -282,21 +282,83 @@ class _MinimalSums(_MinimalStats):
         self.values.append(tensor.detach().sum().item())
 
 
+class _MinimalParamStats(_MinimalStats):
+    """The per-tensor floor of `capture=("outputs", "params"), optimizer=opt`: the hooks of
+    `_MinimalStats`, plus each parameter's statistics from a forward pre-hook (once per
+    step), each parameter gradient's from a post-accumulate-grad hook and each optimizer
+    state tensor's from an optimizer step hook: sum, dot and aminmax per tensor, read back."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        super().__init__(model)
+        self.seen: set[int] = set()
+        for module in model.modules():
+            self.handles.append(module.register_forward_pre_hook(self._pre_forward))
+        for param in model.parameters():
+            if param.requires_grad:
+                self.handles.append(param.register_post_accumulate_grad_hook(self._param_grad))
+        self.handles.append(optimizer.register_step_post_hook(self._optimizer))
+        self.params = list(model.parameters())
+
+    def _pre_forward(self, module: nn.Module, args: Any) -> None:
+        if id(module) not in self.seen:
+            self.seen.add(id(module))
+            for param in module.parameters(recurse=False):
+                self._stats(param)
+
+    def _param_grad(self, param: Tensor) -> None:
+        if param.grad is not None:
+            self._stats(param.grad)
+
+    def _optimizer(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self.seen.clear()  # the next step records the parameters again
+        for param in self.params:
+            for value in optimizer.state.get(param, {}).values():
+                if isinstance(value, Tensor) and value.shape == param.shape:
+                    self._stats(value)
+
+
+def _triples(
+    steps: list[Callable[[], None]], rounds: int
+) -> tuple[list[float], list[float], list[float]]:
+    """Run `steps` (untracked, floor, tracked) `rounds` times each, rotating their order
+    so that none always runs first; return per round the floor's and the tracked step's
+    ratios to the untracked step, and their difference."""
+    floors, tracked, above = [], [], []
+    orders = [(0, 1, 2), (0, 2, 1), (1, 0, 2), (2, 0, 1), (1, 2, 0), (2, 1, 0)]
+    for i in range(rounds + 1):  # the first round warms up
+        times = [0.0, 0.0, 0.0]
+        for j in orders[i % len(orders)]:
+            start = time.perf_counter()
+            steps[j]()
+            times[j] = time.perf_counter() - start
+        if i:
+            floors.append(times[1] / times[0])
+            tracked.append(times[2] / times[0])
+            above.append((times[2] - times[1]) / times[0])
+    return floors, tracked, above
+
+
 def small_models(pairs: int) -> None:
-    """Tracked/untracked ratios on small models, where the per-stash cost dominates."""
+    """Tracked/untracked ratios on small models, where the per-stash cost dominates; each
+    tracked row beside its floor (minimal hooks doing the same arithmetic per tensor),
+    measured in the same rounds: untracked, floor and tracked steps alternate."""
     print(
-        "\n## Small models (issue #11): fixed cost per stash; median over "
-        f"{pairs} adjacent step pairs, 1 thread\n"
+        "\n## Small models (issues #11, #31): fixed cost per stash; medians over "
+        f"{pairs} rounds of (untracked, floor, tracked) steps in rotating order, 1 thread\n"
     )
-    print("| workload | tracked / untracked | target | stashes/step | untracked step |")
-    print("|---|---|---|---|---|")
-    rows: list[tuple[str, str, bool, Callable[..., Any], float | None]] = [
-        ("encoder d64, no-op hooks (floor)", "encoder", False, lambda m, o: _NoOpHooks(m), None),
+    print(
+        "| workload | tracked / untracked | its floor | above the floor | target "
+        "| stashes/step | untracked step |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    Make = Callable[[nn.Module, torch.optim.Optimizer], Any]
+    rows: list[tuple[str, str, bool, Make, Make | None, float | None]] = [
         (
-            "encoder d64, minimal hooks with the same kernels (floor)",
+            "encoder d64, no-op hooks",
             "encoder",
             False,
-            lambda m, o: _MinimalStats(m),
+            lambda m, o: _NoOpHooks(m),
+            None,
             None,
         ),
         (
@@ -304,7 +366,8 @@ def small_models(pairs: int) -> None:
             "encoder",
             False,
             lambda m, o: tensor_tracker.track(m, stats=True),
-            1.20,
+            lambda m, o: _MinimalStats(m),
+            0.08,
         ),
         (
             "encoder d64, stats=True, outputs+params, optimizer=Adam",
@@ -313,16 +376,22 @@ def small_models(pairs: int) -> None:
             lambda m, o: tensor_tracker.track(
                 m, stats=True, capture=("outputs", "params"), optimizer=o
             ),
-            1.40,
+            lambda m, o: _MinimalParamStats(m, o),
+            0.0,
         ),
-        ("MLP, stats=True", "mlp", False, lambda m, o: tensor_tracker.track(m, stats=True), None),
+        (
+            "MLP, stats=True",
+            "mlp",
+            False,
+            lambda m, o: tensor_tracker.track(m, stats=True),
+            lambda m, o: _MinimalStats(m),
+            None,
+        ),
     ]
-    for label, kind, adam, factory, target in rows:
+    for label, kind, adam, factory, floor_factory, target in rows:
         untracked, x = small_model(kind)
-        tracked = copy.deepcopy(untracked)
-        optimizers = {
-            id(m): torch.optim.Adam(m.parameters(), lr=1e-4) for m in (untracked, tracked)
-        }
+        models = [untracked, copy.deepcopy(untracked), copy.deepcopy(untracked)]
+        optimizers = {id(m): torch.optim.Adam(m.parameters(), lr=1e-4) for m in models}
 
         def step(
             model: nn.Module, adam: bool = adam, x: Tensor = x, opts: Any = optimizers
@@ -336,18 +405,39 @@ def small_models(pairs: int) -> None:
             start = time.perf_counter()
             step(untracked)
             times.append(time.perf_counter() - start)
-        with factory(tracked, optimizers[id(tracked)]) as tracker:
+        floor_model, tracked = models[1], models[2]
+        with contextlib.ExitStack() as stack:
+            tracker = stack.enter_context(factory(tracked, optimizers[id(tracked)]))
+            floor = (
+                None
+                if floor_factory is None
+                else stack.enter_context(floor_factory(floor_model, optimizers[id(floor_model)]))
+            )
             step(tracked)
             count = len(tracker.stashes)
             tracked_step = functools.partial(_clear_and_step, tracker, step, tracked)
-            ratio = statistics.median(
-                paired_ratios(functools.partial(step, untracked), tracked_step, pairs)
+            floor_step = (
+                functools.partial(step, floor_model)
+                if floor is None
+                else functools.partial(_clear_and_step, floor, step, floor_model)
             )
-        verdict = (
-            "" if target is None else f"<= {target} ({'met' if ratio <= target else 'MISSED'})"
-        )
+            floors, ratios, above = _triples(
+                [functools.partial(step, untracked), floor_step, tracked_step], pairs
+            )
+        ratio = statistics.median(ratios)
+        if floor is None:
+            floor_cell = difference = "-"
+            verdict = ""
+        else:
+            gap = statistics.median(above)
+            floor_cell, difference = f"{statistics.median(floors):.3f}x", f"{gap:+.3f}"
+            verdict = (
+                ""
+                if target is None
+                else f"<= {target:+.2f} ({'met' if gap <= target else 'MISSED'})"
+            )
         print(
-            f"| {label} | {ratio:.3f}x | {verdict} | {count} | "
+            f"| {label} | {ratio:.3f}x | {floor_cell} | {difference} | {verdict} | {count} | "
             f"{1e3 * statistics.median(times):.2f} ms |"
         )
 

@@ -1,7 +1,7 @@
 """The raw vectors of many tensors at once: the built-in groups of `kernels`, row by row.
 
 `StatsStore.put_many` stacks tensors of one device, dtype and size into a matrix (one copy)
-and reduces each row with one kernel per raw number (`rows_raw`), where the per-tensor path
+and reduces each row with one kernel per raw number (`RowBatch`), where the per-tensor path
 (`Core.host`, `Core.device_raw`) makes one Python call per tensor and number. Parameters,
 their gradients and the optimizer's state (all known when the optimizer steps) are recorded
 this way.
@@ -23,30 +23,18 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .kernels import F64, INF, Core
+from .kernels import F64, GROUPS, INF, Core, host_tensor
 
-__all__ = ["ROW_TOLERANCE", "rows_raw"]
+__all__ = ["ROW_TOLERANCE", "RowBatch"]
 
 ROW_TOLERANCE = {"rtol": 1e-5, "atol": 1e-7}
 """How close `rows_raw`'s `std` (and `rms`) are to the per-tensor path's, relative to the
 tensor's own scale: the other slots are identical on the CPU."""
 
 
-def _cpu_moments(x: Tensor) -> list[Tensor]:
-    # `cpu_moments` row by row: mean from the sum (identical), the spread from dot/n - mean**2
-    # unless that cancels, then from the two-pass norm (both in float64, as it does).
-    n = x.shape[1]
-    mean = x.sum(1).to(F64) / n
-    square_mean = torch.linalg.vecdot(x, x).to(F64) / n
-    var = square_mean - mean * mean
-    good = (0.25 * square_mean <= var) & (var < INF)
-    std = var.sqrt()
-    if not bool(good.all()):  # a host read, free on the CPU
-        centre = x.mean(1, keepdim=True)
-        spread = torch.linalg.vector_norm(x - centre, dim=1).to(F64) / math.sqrt(n)
-        mean = torch.where(good, mean, centre.squeeze(1).to(F64))
-        std = torch.where(good, std, spread)
-    return [mean, std]
+def _cpu_sums(x: Tensor) -> list[Tensor]:
+    # What `cpu_moments` starts from: the sum and the sum of squares (see `_spread`).
+    return [x.sum(1), torch.linalg.vecdot(x, x)]
 
 
 def _device_moments(x: Tensor) -> list[Tensor]:
@@ -66,25 +54,77 @@ def _abs_sum(x: Tensor) -> list[Tensor]:
 
 
 _ROWS: dict[str, Callable[[Tensor], list[Tensor]]] = {
-    "mean": lambda x: _cpu_moments(x) if x.is_cpu else _device_moments(x),
+    "mean": lambda x: _cpu_sums(x) if x.is_cpu else _device_moments(x),
     "min": _minmax,
     "abs_sum": _abs_sum,
     "nonfinite": lambda x: [torch.count_nonzero(x - x, dim=1)],
     "nonzero": lambda x: [torch.count_nonzero(x, dim=1)],
     "sum": lambda x: [x.sum(1)],
 }
-"""Each raw group of `kernels.GROUPS` (by its first slot), over the rows of a matrix."""
+"""Each raw group of `kernels.GROUPS` (by its first slot), over the rows of a matrix; on
+the CPU the moments' two slots hold the sums `RowBatch.raw` derives them from."""
 
 
-def rows_raw(core: Core, x: Tensor) -> Tensor:
-    """The raw vectors `[k, width]` (float64, on `x`'s device) of the `k` rows of the matrix
-    `x` (in its reduction dtype, at least one column), for `core`'s groups without range
-    counts; never waits for an accelerator.
+class RowBatch:
+    """The raw vectors of the rows of several matrices (one per size of tensor), computed
+    with a few kernels per matrix and then, together, the float64 arithmetic that turns
+    sums into moments.
 
     Example:
-        >>> core = StatsFn(["mean", "max"])._core
-        >>> rows_raw(core, torch.tensor([[1.0, 3.0], [2.0, 2.0]])).tolist()
-        [[2.0, 1.0, 1.0, 3.0], [2.0, 0.0, 2.0, 2.0]]
+        >>> batch = RowBatch(StatsFn(["mean", "max"])._core)
+        >>> batch.add(torch.tensor([[1.0, 3.0], [2.0, 2.0]]))
+        >>> batch.add(torch.tensor([[5.0]]))
+        >>> batch.raw().tolist()
+        [[2.0, 1.0, 1.0, 3.0], [2.0, 0.0, 2.0, 2.0], [5.0, 0.0, 5.0, 5.0]]
     """
-    parts = [part.to(F64) for group in core.groups for part in _ROWS[group.slots[0]](x)]
-    return torch.stack(parts, 1)
+
+    __slots__ = ("core", "matrices", "numels", "parts")
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.parts: list[Tensor] = []
+        self.matrices: list[Tensor] = []
+        self.numels: list[float] = []
+
+    def add(self, x: Tensor) -> None:
+        """Reduce the rows of `x` (`[k, n]`, `n >= 1`, in its reduction dtype)."""
+        parts = [p for group in self.core.groups for p in _ROWS[group.slots[0]](x)]
+        dtype = parts[0].dtype
+        if all(p.dtype == dtype for p in parts):
+            self.parts.append(torch.stack(parts, 1).to(F64))
+        else:
+            self.parts.append(torch.stack([p.to(F64) for p in parts], 1))
+        self.matrices.append(x)
+        self.numels += [float(x.shape[1])] * x.shape[0]
+
+    def raw(self) -> Tensor:
+        """The raw vectors `[K, width]` of every row added, in order (float64, on the
+        matrices' device: one device per batch); never waits for an accelerator."""
+        raw = self.parts[0] if len(self.parts) == 1 else torch.cat(self.parts)
+        if self.core.groups[0] is GROUPS["moments"] and raw.is_cpu:
+            raw[:, 0], raw[:, 1] = self._spread(raw[:, 0], raw[:, 1])
+        return raw
+
+    def _spread(self, total: Tensor, squares: Tensor) -> tuple[Tensor, Tensor]:
+        # `cpu_moments` row by row: mean from the sum (identical), the spread from
+        # dot/n - mean**2 unless that cancels, then from the two-pass norm.
+        n = host_tensor(self.numels)
+        mean = total / n
+        square_mean = squares / n
+        var = square_mean - mean * mean
+        good = (0.25 * square_mean <= var) & (var < INF)
+        std = var.sqrt()
+        if bool(good.all()):  # a host read, free on the CPU
+            return mean, std
+        start = 0
+        for x in self.matrices:
+            rows = slice(start, start + len(x))
+            start += len(x)
+            if bool(good[rows].all()):
+                continue
+            centre = x.mean(1, keepdim=True)
+            spread = torch.linalg.vector_norm(x - centre, dim=1).to(F64) / math.sqrt(x.shape[1])
+            keep = good[rows]
+            mean[rows] = torch.where(keep, mean[rows], centre.squeeze(1).to(F64))
+            std[rows] = torch.where(keep, std[rows], spread)
+        return mean, std

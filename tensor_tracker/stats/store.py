@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..core.structure import iter_leaves
 from ..errors import ArgumentValueError, TrackerStateError
-from .batch import rows_raw
+from .batch import RowBatch
 from .kernels import F64, REDUCED_AS_THEY_ARE, compute_dtype, flat
 from .values import Stats
 
@@ -101,8 +101,8 @@ class _DeviceRows:
         self.numel.append(numel)
         return row
 
-    def add_block(self, raw: Tensor, numel: int) -> int:
-        """Keep the rows of `raw` (`[k, width]`, on this device), each of a tensor of `numel`
+    def add_block(self, raw: Tensor, numel: list[float]) -> int:
+        """Keep the rows of `raw` (`[k, width]`, on this device), of tensors of `numel[i]`
         elements, with one copy kernel per buffer they land in; return the first row."""
         first = len(self.numel)
         done = 0
@@ -113,7 +113,7 @@ class _DeviceRows:
             take = min(len(raw) - done, _CHUNK - index)
             self.chunks[chunk][index : index + take].copy_(raw[done : done + take])
             done += take
-        self.numel.extend([numel] * len(raw))
+        self.numel.extend(map(int, numel))
         return first
 
     def get(self, row: int, layout: Layout) -> Stats:
@@ -270,33 +270,51 @@ class StatsStore:
         if core is None:
             return [self.put(t) for t in tensors]
         refs = [0] * len(tensors)
-        groups: dict[tuple[torch.device, torch.dtype, int], list[int]] = {}
+        groups: dict[tuple[torch.device, torch.dtype, tuple[int, ...]], list[Tensor]] = {}
+        indices: dict[tuple[torch.device, torch.dtype, tuple[int, ...]], list[int]] = {}
         first: dict[int, int] = {}  # id(tensor) -> its first index
         tied: list[tuple[int, int]] = []
-        # One Python pass over the tensors, the kernels per group.
+        # One Python pass over the tensors, then a few kernels per group of one size.
         for i, t in enumerate(tensors):
             seen = first.setdefault(id(t), i)
             if seen != i:
                 tied.append((i, seen))
-            elif t.layout != torch.strided or t.is_complex() or not t.numel():
+                continue
+            if t.layout != torch.strided or t.is_complex() or not t.numel():
                 refs[i] = self.put(t)
+                continue
+            if not t.is_contiguous():
+                t = flat(t)  # its elements in memory order, as `put` reduces them
+            key = (t.device, t.dtype, t.shape)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [t]
+                indices[key] = [i]
             else:
-                groups.setdefault((t.device, t.dtype, t.numel()), []).append(i)
+                group.append(t)
+                indices[key].append(i)
+        by_device: dict[torch.device, tuple[RowBatch, list[int]]] = {}
         with torch.no_grad():  # parameters require grad; stacking them needs no graph
-            for (device, dtype, numel), rows in groups.items():
-                x = torch.stack([flat(tensors[i]) for i in rows])
+            for (device, dtype, shape), group in groups.items():
+                x = torch.stack(group).view(len(group), -1)
                 if dtype not in REDUCED_AS_THEY_ARE:
                     x = x.to(compute_dtype(dtype))
-                ref = self._add_block(rows_raw(core, x), numel, device)
-                for i in rows:
+                batch, order = by_device.get(device) or by_device.setdefault(
+                    device, (RowBatch(core), [])
+                )
+                batch.add(x)
+                order += indices[device, dtype, shape]
+            for device, (batch, order) in by_device.items():
+                ref = self._add_block(batch.raw(), batch.numels, device)
+                for i in order:
                     refs[i] = ref
                     ref += _SLOTS
         for i, seen in tied:
             refs[i] = refs[seen]
         return refs
 
-    def _add_block(self, raw: Tensor, numel: int, device: torch.device) -> int:
-        """Keep the rows of `raw` (`[k, width]`) of tensors of `numel` elements on `device`;
+    def _add_block(self, raw: Tensor, numel: list[float], device: torch.device) -> int:
+        """Keep the rows of `raw` (`[k, width]`) of tensors of `numel[i]` elements on `device`;
         return the first row's reference (the next rows' follow, `_SLOTS` apart)."""
         watch = self._watch
         if device.type == "cpu":
@@ -311,7 +329,7 @@ class StatsStore:
                 ) or (count >= 0 and bool((raw[:, count] > 0).any()))
             row = len(part.numel)
             part.raw.extend(raw.reshape(-1).tolist())
-            part.numel.extend([numel] * len(raw))
+            part.numel.extend(map(int, numel))
             return row << _SLOT_BITS | slot
         if watch is not None:
             self._note(raw, device)

@@ -155,8 +155,10 @@ def test_parameter_gradients_equal_autograd_and_come_at_the_end_of_backward() ->
 def test_a_nonfinite_parameter_gradient_raises_at_the_end_of_backward() -> None:
     model = nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    with tensor_tracker.track(
-        model, stats=["sum"], capture="params", optimizer=opt, on_nonfinite="raise"
+    with (
+        tensor_tracker.track(
+            model, stats=["sum"], capture="params", optimizer=opt, on_nonfinite="raise"
+        ),
+        pytest.raises(NonFiniteError),
     ):
-        with pytest.raises(NonFiniteError):
-            (model(torch.tensor([[1.0, math.inf]])) * 0).sum().backward()
+        (model(torch.tensor([[1.0, math.inf]])) * 0).sum().backward()

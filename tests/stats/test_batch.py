@@ -89,9 +89,9 @@ def test_put_many_batches_only_the_builtin_statistics() -> None:
 
 def test_put_many_batches_tensors_of_one_size_into_one_block() -> None:
     store = parse(True).store()
-    refs = store.put_many([torch.randn(3, 4), torch.randn(12), torch.randn(5), torch.randn(2, 6)])
+    refs = store.put_many([torch.randn(3, 4), torch.randn(5), torch.randn(3, 4), torch.randn(5)])
     rows = [ref >> 4 for ref in refs]  # see store._SLOT_BITS
-    assert rows == [0, 1, 3, 2]  # the three 12-element tensors first, then the 5-element one
+    assert rows == [0, 2, 1, 3]  # one block: the two 3 x 4 tensors, then the two of 5
 
 
 def test_put_many_sees_nonfinite_values_for_the_tripwire() -> None:
@@ -107,9 +107,9 @@ def test_put_many_sees_nonfinite_values_for_the_tripwire() -> None:
 def test_device_rows_take_a_block_across_buffers() -> None:
     rows = _DeviceRows(2, torch.device("cpu"))
     raw = torch.arange(2 * 4090, dtype=torch.float64).view(-1, 2)
-    assert rows.add_block(raw, 3) == 0
+    assert rows.add_block(raw, [3.0] * 4090) == 0
     more = torch.arange(2 * 10, dtype=torch.float64).view(-1, 2) + 0.5
-    assert rows.add_block(more, 5) == 4090  # rows 4090..4099: across the 4096-row buffers
+    assert rows.add_block(more, [5.0] * 10) == 4090  # rows 4090..4099: across the 4096-row buffers
     table = rows.table()
     assert torch.equal(table, torch.cat((raw, more)))
     assert list(rows.numel) == [3] * 4090 + [5] * 10
