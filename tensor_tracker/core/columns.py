@@ -145,6 +145,18 @@ class Columns(MutableSequence[Stash]):
         self.flags.append(flags)
         self.ref.append(ref)
 
+    def add_many(self, site: list[int], step: int, flags: list[int], ref: list[int]) -> None:
+        """Append records of call 0 and one `step`: record `i` is (`site[i]`, `flags[i]`,
+        `ref[i]`), as `add` would append them one by one."""
+        if step != self._last_step:
+            self._last_step = step
+            self.step_rows.append(len(self.ref))
+            self.step_values.append(step)
+        self.site.extend(site)
+        self.call.frombytes(bytes(self.call.itemsize * len(ref)))  # zeros
+        self.flags.extend(flags)
+        self.ref.extend(ref)
+
     def add_rows(self, site: Any, call: Any, step: Any, flags: Any, ref: Any) -> None:
         """Append many records at once from numpy arrays (what loading a recording does):
         `site`, `call`, `ref` int32, `step` int64, `flags` uint8, none of them `OBJECT`."""

@@ -311,9 +311,12 @@ class EagerHooks:
         if budget is not None:
             site, _, flags, _ = records[0]
             budget.count(columns, site, flags, store.nbytes - before)
-        add = columns.add
+        step = records[0][1]
+        if all(r[1] == step for r in records):
+            columns.add_many([r[0] for r in records], step, [r[2] for r in records], refs)
+            return
         for (site, step, flags, _), ref in zip(records, refs, strict=True):
-            add(site, 0, step, flags, ref)
+            columns.add(site, 0, step, flags, ref)
 
     def _site(self, reg: Registration, kind: Kind, attr: str) -> int:
         """The `Columns` site of (`reg`, `kind`, `attr`), resolved once."""

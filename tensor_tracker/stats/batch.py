@@ -90,17 +90,22 @@ class RowBatch:
         """Reduce the rows of `x` (`[k, n]`, `n >= 1`, in its reduction dtype)."""
         parts = [p for group in self.core.groups for p in _ROWS[group.slots[0]](x)]
         dtype = parts[0].dtype
-        if all(p.dtype == dtype for p in parts):
-            self.parts.append(torch.stack(parts, 1).to(F64))
-        else:
-            self.parts.append(torch.stack([p.to(F64) for p in parts], 1))
+        if any(p.dtype != dtype for p in parts):  # counts beside float reductions
+            parts = [p.to(F64) for p in parts]
+        self.parts.append(torch.stack(parts, 1))
         self.matrices.append(x)
-        self.numels += [float(x.shape[1])] * x.shape[0]
+        k, n = x.shape
+        self.numels += [float(n)] * k
 
     def raw(self) -> Tensor:
         """The raw vectors `[K, width]` of every row added, in order (float64, on the
         matrices' device: one device per batch); never waits for an accelerator."""
-        raw = self.parts[0] if len(self.parts) == 1 else torch.cat(self.parts)
+        parts = self.parts
+        dtype = parts[0].dtype
+        if all(p.dtype == dtype for p in parts):  # one conversion for the whole batch
+            raw = (parts[0] if len(parts) == 1 else torch.cat(parts)).to(F64)
+        else:
+            raw = torch.cat([p.to(F64) for p in parts])
         if self.core.groups[0] is GROUPS["moments"] and raw.is_cpu:
             raw[:, 0], raw[:, 1] = self._spread(raw[:, 0], raw[:, 1])
         return raw
@@ -114,17 +119,21 @@ class RowBatch:
         var = square_mean - mean * mean
         good = (0.25 * square_mean <= var) & (var < INF)
         std = var.sqrt()
-        if bool(good.all()):  # a host read, free on the CPU
+        bad = (~good).nonzero().view(-1).tolist()  # a host read, free on the CPU
+        if not bad:
             return mean, std
         start = 0
         for x in self.matrices:
-            rows = slice(start, start + len(x))
-            start += len(x)
-            if bool(good[rows].all()):
-                continue
-            centre = x.mean(1, keepdim=True)
-            spread = torch.linalg.vector_norm(x - centre, dim=1).to(F64) / math.sqrt(x.shape[1])
-            keep = good[rows]
-            mean[rows] = torch.where(keep, mean[rows], centre.squeeze(1).to(F64))
-            std[rows] = torch.where(keep, std[rows], spread)
+            k, n_x = x.shape
+            end = start + k
+            if bad and bad[0] < end:
+                rows = slice(start, end)
+                while bad and bad[0] < end:
+                    bad.pop(0)
+                centre = x.mean(1, keepdim=True)
+                spread = torch.linalg.vector_norm(x - centre, dim=1).to(F64) / math.sqrt(n_x)
+                keep = good[rows]
+                mean[rows] = torch.where(keep, mean[rows], centre.view(-1).to(F64))
+                std[rows] = torch.where(keep, std[rows], spread)
+            start = end
         return mean, std

@@ -106,11 +106,11 @@ class _DeviceRows:
         elements, with one copy kernel per buffer they land in; return the first row."""
         first = len(self.numel)
         done = 0
-        while done < len(raw):
+        while done < raw.shape[0]:
             chunk, index = divmod(first + done, _CHUNK)
             if chunk == len(self.chunks):
                 self.chunks.append(torch.empty((_CHUNK, self.width), dtype=F64, device=self.device))
-            take = min(len(raw) - done, _CHUNK - index)
+            take = min(raw.shape[0] - done, _CHUNK - index)
             self.chunks[chunk][index : index + take].copy_(raw[done : done + take])
             done += take
         self.numel.extend(map(int, numel))
@@ -296,7 +296,7 @@ class StatsStore:
         by_device: dict[torch.device, tuple[RowBatch, list[int]]] = {}
         with torch.no_grad():  # parameters require grad; stacking them needs no graph
             for (device, dtype, shape), group in groups.items():
-                x = torch.stack(group).view(len(group), -1)
+                x = torch.stack(group).view(len(group), -1)  # the tensors as rows
                 if dtype not in REDUCED_AS_THEY_ARE:
                     x = x.to(compute_dtype(dtype))
                 batch, order = by_device.get(device) or by_device.setdefault(
@@ -319,7 +319,7 @@ class StatsStore:
         watch = self._watch
         if device.type == "cpu":
             part, slot = self._host or self._host_rows()
-            if len(part.numel) + len(raw) > _MAX_ROWS:
+            if len(part.numel) + raw.shape[0] > _MAX_ROWS:
                 raise TrackerStateError(_TOO_MANY_ROWS)
             if watch is not None and not self._seen:
                 finite, count = watch
@@ -338,7 +338,7 @@ class StatsStore:
             slot = self._slot(device)
         device_rows = self._parts[slot]
         assert isinstance(device_rows, _DeviceRows)
-        if len(device_rows.numel) + len(raw) > _MAX_ROWS:
+        if len(device_rows.numel) + raw.shape[0] > _MAX_ROWS:
             raise TrackerStateError(_TOO_MANY_ROWS)
         return device_rows.add_block(raw, numel) << _SLOT_BITS | slot
 
