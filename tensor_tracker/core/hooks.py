@@ -87,6 +87,7 @@ class Registration:
         "param_step",
         "params",
         "sites",
+        "state_sites",
         "traced_calls",
         "type",
     )
@@ -99,6 +100,8 @@ class Registration:
         self.calls = 0
         self.traced_calls = 0  # see CompiledHooks._graph_hook
         self.sites: dict[tuple[Kind, str], int] = {}  # see EagerHooks._site
+        # (parameter, optimizer state key) -> its site, -1 for state not recorded (scalars).
+        self.state_sites: dict[tuple[str, Any], int] = {}
         self.param_step = -1
         # The last call that ran without autograd (as in reentrant activation checkpointing)
         # and the sites (output, an input...) whose gradients were hooked all the same
@@ -461,16 +464,26 @@ class EagerHooks:
         self._record_pending()
         records: list[tuple[int, int, int, Tensor]] = []
         step = self._step
+        state = optimizer.state
         for reg in self._registrations:
             training = reg.module.training
             if self._train_only and not training:
                 continue
             flags = TRAINING if training else 0
+            sites = reg.state_sites
             for attr, param in reg.params:
-                for key, value in optimizer.state.get(param, {}).items():
-                    # Skip scalars such as Adam's "step"; keep per-element state.
-                    if isinstance(value, Tensor) and value.shape == param.shape:
-                        site = self._site(reg, "optimizer", f"{attr}.{key}")
+                kept = state.get(param)
+                if not kept:
+                    continue
+                for key, value in kept.items():
+                    site = sites.get((attr, key))
+                    if site is None:
+                        # Skip scalars such as Adam's "step"; keep per-element state. Decided
+                        # once per state entry: its kind does not change between steps.
+                        per_element = isinstance(value, Tensor) and value.shape == param.shape
+                        site = self._site(reg, "optimizer", f"{attr}.{key}") if per_element else -1
+                        sites[attr, key] = site
+                    if site >= 0:
                         records.append((site, step, flags, local_value(value)))
         if self._batched:
             self._record_many(records)
