@@ -288,8 +288,14 @@ class _MinimalParamStats(_MinimalStats):
     step), each parameter gradient's from a post-accumulate-grad hook and each optimizer
     state tensor's from an optimizer step hook: sum, dot and aminmax per tensor, read back."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, outputs: bool = True
+    ) -> None:
         super().__init__(model)
+        if not outputs:  # the floor of capture="params" alone
+            for handle in self.handles:
+                handle.remove()
+            self.handles = []
         self.seen: set[int] = set()
         for module in model.modules():
             self.handles.append(module.register_forward_pre_hook(self._pre_forward))
@@ -378,6 +384,14 @@ def small_models(pairs: int) -> None:
             ),
             lambda m, o: _MinimalParamStats(m, o),
             0.0,
+        ),
+        (
+            "encoder d64, stats=True, params only, optimizer=Adam",
+            "encoder",
+            True,
+            lambda m, o: tensor_tracker.track(m, stats=True, capture="params", optimizer=o),
+            lambda m, o: _MinimalParamStats(m, o, outputs=False),
+            None,
         ),
         (
             "MLP, stats=True",

@@ -27,7 +27,7 @@ columnar (copies of tensors, nested outputs, stashes a user's `stash=` built).
 import bisect
 import weakref
 from array import array
-from collections.abc import Callable, Iterable, Iterator, MutableSequence
+from collections.abc import Callable, Iterable, Iterator, MutableSequence, Sequence
 from typing import Any, NamedTuple, Protocol, overload
 
 import torch
@@ -88,6 +88,14 @@ class ValueStore(Protocol):
 
     def clear(self) -> None:
         """Forget every value (references given out become invalid)."""
+
+
+class BatchValueStore(ValueStore, Protocol):
+    """A `ValueStore` that also keeps the values of many tensors at once (see
+    `StatsStore.put_many`)."""
+
+    def put_many(self, tensors: Sequence[Tensor]) -> list[int]:
+        """`put` each of `tensors`; return their references in order."""
 
 
 class Columns(MutableSequence[Stash]):

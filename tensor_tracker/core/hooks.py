@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -26,7 +26,7 @@ from torch.utils.hooks import RemovableHandle
 from .._torch_compat import graph_task_id, queue_at_end_of_backward
 from ..errors import ArgumentTypeError
 from .budget import MemoryBudget, value_nbytes
-from .columns import GRAD, REFS, TRAINING, TUPLE, Columns
+from .columns import GRAD, REFS, TRAINING, TUPLE, BatchValueStore, Columns
 from .dist import local_value
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
 from .memo import RecentTensors
@@ -150,8 +150,8 @@ class EagerHooks:
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
         # Whether parameters, gradients and optimizer state are recorded in batches: with
         # the store of the built-in statistics (see `StatsStore.put_many`).
-        self._batched = self.stashes.store is not None and (
-            getattr(stash_value, "batch_core", None) is not None
+        self._batched = getattr(stash_value, "batch_core", None) is not None and callable(
+            getattr(self.stashes.store, "put_many", None)
         )
         self._pending_copies = False
         capture = options.capture
@@ -300,8 +300,7 @@ class EagerHooks:
         if not records:
             return
         columns = self.stashes
-        store = columns.store
-        assert store is not None  # `_batched`
+        store = cast(BatchValueStore, columns.store)  # see `_batched`
         self._recorded = True
         budget = self._budget
         before = store.nbytes if budget is not None else 0

@@ -333,9 +333,8 @@ class StatsStore:
             return row << _SLOT_BITS | slot
         if watch is not None:
             self._note(raw, device)
-        slot = self._slots.get(device)
-        if slot is None:
-            slot = self._slot(device)
+        found = self._slots.get(device)
+        slot = self._slot(device) if found is None else found
         device_rows = self._parts[slot]
         assert isinstance(device_rows, _DeviceRows)
         if len(device_rows.numel) + raw.shape[0] > _MAX_ROWS:
