@@ -270,22 +270,19 @@ class StatsStore:
         if core is None:
             return [self.put(t) for t in tensors]
         refs = [0] * len(tensors)
-        groups: dict[tuple[torch.device, torch.dtype, tuple[int, ...]], list[Tensor]] = {}
-        indices: dict[tuple[torch.device, torch.dtype, tuple[int, ...]], list[int]] = {}
+        Key = tuple[torch.layout, torch.device, torch.dtype, torch.Size]
+        groups: dict[Key, list[Tensor]] = {}
+        indices: dict[Key, list[int]] = {}
         first: dict[int, int] = {}  # id(tensor) -> its first index
         tied: list[tuple[int, int]] = []
-        # One Python pass over the tensors, then a few kernels per group of one size.
+        # One Python pass over the tensors (as few calls per tensor as can be: hooks run
+        # cold), the checks per group, then a few kernels per group of one shape.
         for i, t in enumerate(tensors):
             seen = first.setdefault(id(t), i)
             if seen != i:
                 tied.append((i, seen))
                 continue
-            if t.layout != torch.strided or t.is_complex() or not t.numel():
-                refs[i] = self.put(t)
-                continue
-            if not t.is_contiguous():
-                t = flat(t)  # its elements in memory order, as `put` reduces them
-            key = (t.device, t.dtype, t.shape)
+            key = (t.layout, t.device, t.dtype, t.shape)
             group = groups.get(key)
             if group is None:
                 groups[key] = [t]
@@ -293,9 +290,19 @@ class StatsStore:
             else:
                 group.append(t)
                 indices[key].append(i)
+        for key in list(groups):
+            layout, _, dtype, shape = key
+            if layout != torch.strided or dtype.is_complex or not math.prod(shape):
+                for i in indices.pop(key):  # empty, sparse, complex: one at a time
+                    refs[i] = self.put(tensors[i])
+                del groups[key]
+            elif not all(t.is_contiguous() for t in groups[key]):
+                # Their elements in memory order, as `put` reduces them.
+                groups[key] = [flat(t) for t in groups[key]]
         by_device: dict[torch.device, tuple[RowBatch, list[int]]] = {}
         with torch.no_grad():  # parameters require grad; stacking them needs no graph
-            for (device, dtype, shape), group in groups.items():
+            for key, group in groups.items():
+                _, device, dtype, _ = key
                 x = torch.stack(group).view(len(group), -1)  # the tensors as rows
                 if dtype not in REDUCED_AS_THEY_ARE:
                     x = x.to(compute_dtype(dtype))
@@ -303,7 +310,7 @@ class StatsStore:
                     device, (RowBatch(core), [])
                 )
                 batch.add(x)
-                order += indices[device, dtype, shape]
+                order += indices[key]
             for device, (batch, order) in by_device.items():
                 ref = self._add_block(batch.raw(), batch.numels, device)
                 for i in order:
