@@ -15,6 +15,7 @@ when it is made (`Registration`, `_site`).
 from __future__ import annotations
 
 import inspect
+from array import array
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -26,7 +27,7 @@ from torch.utils.hooks import RemovableHandle
 from .._torch_compat import graph_task_id, queue_at_end_of_backward
 from ..errors import ArgumentTypeError
 from .budget import MemoryBudget, value_nbytes
-from .columns import GRAD, REFS, TRAINING, TUPLE, BatchValueStore, Columns
+from .columns import GRAD, OBJECT, REFS, TRAINING, TUPLE, BatchValueStore, Columns
 from .dist import local_value
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
 from .memo import RecentTensors
@@ -35,7 +36,10 @@ from .records import Kind, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import BoundDefaultStash, default_stash_value, keep
 from .structure import iter_tensors
 
-__all__ = ["EagerHooks", "Registration"]
+__all__ = ["PENDING", "EagerHooks", "Registration"]
+
+PENDING = -1
+"""The reference a record holds while its statistics wait to be computed in a batch."""
 
 
 def _flat_tensors(value: Any) -> bool:
@@ -178,11 +182,11 @@ class EagerHooks:
             tuple[Callable[[], bool], Callable[[], None], Callable[[Any], None]] | None
         ) = None
         self._watched_task = -1
-        # Parameters and their gradients seen by the hooks and not computed yet: kept as
-        # (site, step, flags, tensor) and recorded together (`_record_pending`) at the end of the
-        # backward pass, before the optimizer steps, at `step()`, at the end of the block
-        # and before anything is read, so their statistics are computed in batches.
-        self._pending: list[tuple[int, int, int, Tensor]] = []
+        # Parameters and their gradients recorded (in order, holding PENDING) whose
+        # statistics are computed together (`_record_pending`) at the end of the backward
+        # pass, before the optimizer steps, at `step()`, at the end of the block and before
+        # anything is read.
+        self._pending: list[tuple[int, Tensor]] = []  # (row, tensor)
         self._pending_task = -1  # the backward pass at whose end `_record_pending` is queued
 
     # -- the eager path, from a module's output to the stored row ------------------------
@@ -267,10 +271,13 @@ class EagerHooks:
         columns.add_object(site, call, step, flags, kept)
 
     def _defer(self, site: int, flags: int, tensor: Tensor) -> None:
-        """Record `tensor` (a parameter or its gradient) later, with others (see `_record_pending`);
-        the tensors the standard statistics batch, the others are recorded now."""
+        """Record `tensor` (a parameter or its gradient) now, in recording order, and
+        compute its statistics later with others (see `_record_pending`): the record
+        holds `PENDING` until then. Without batched statistics, record it now."""
         if self._batched:
-            self._pending.append((site, self._step, flags, tensor))
+            columns = self.stashes
+            self._pending.append((len(columns.ref), tensor))
+            columns.add(site, 0, self._step, flags, PENDING)
             if flags & GRAD:
                 self._flush_at_end_of_backward()
         else:
@@ -288,11 +295,45 @@ class EagerHooks:
         self._check_nonfinite()
 
     def _record_pending(self) -> None:
-        """Record the deferred parameters and gradients (see `_defer`)."""
+        """Compute the statistics of the deferred records (see `_defer`) in batches."""
         self._pending_task = -1
-        if self._pending:
-            pending, self._pending = self._pending, []
-            self._record_many(pending)
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        columns = self.stashes
+        refs = columns.ref
+        # Rows dropped since (`Columns.clear` called directly) hold no PENDING any more.
+        pending = [p for p in pending if p[0] < len(refs) and refs[p[0]] == PENDING]
+        rows = [p[0] for p in pending]
+        values = self._put_many([p[1] for p in pending], rows)
+        if values is not None:
+            for row, ref in zip(rows, values, strict=True):
+                refs[row] = ref
+
+    def _put_many(self, tensors: list[Tensor], rows: list[int]) -> list[int] | None:
+        """The store's references for `tensors` (`StatsStore.put_many`), counted against
+        `max_bytes` as the records `rows`; None when the store could not keep them, then
+        kept as objects in those rows instead (see `_record`)."""
+        if not tensors:
+            return []
+        columns = self.stashes
+        store = cast(BatchValueStore, columns.store)  # see `_batched`
+        self._recorded = True
+        budget = self._budget
+        before = store.nbytes if budget is not None else 0
+        try:
+            refs = store.put_many(tensors)
+        except Exception:  # kept as objects, as `_record` does, or says why it could not
+            stash_value = self._default_value
+            assert stash_value is not None  # `_batched`
+            for row, tensor in zip(rows, tensors, strict=True):
+                columns.flags[row] |= OBJECT
+                columns.ref[row] = len(columns.objects)
+                columns.objects.append(keep(tensor, stash_value))
+            return None
+        if budget is not None and rows:
+            budget.count(columns, columns.site[rows[0]], 0, store.nbytes - before)
+        return refs
 
     def _record_many(self, records: list[tuple[int, int, int, Tensor]]) -> None:
         """`_record` each `(site, step, flags, tensor)` of `records` as call 0, their
@@ -300,25 +341,19 @@ class EagerHooks:
         if not records:
             return
         columns = self.stashes
-        store = cast(BatchValueStore, columns.store)  # see `_batched`
-        self._recorded = True
-        budget = self._budget
-        before = store.nbytes if budget is not None else 0
-        try:
-            refs = store.put_many([r[3] for r in records])
-        except Exception:  # the object path records them, or says why it could not
-            for site, step, flags, value in records:
-                self._record(site, 0, step, flags, value)
-            return
-        if budget is not None:
-            site, _, flags, _ = records[0]
-            budget.count(columns, site, flags, store.nbytes - before)
+        first = len(columns.ref)
         step = records[0][1]
         if all(r[1] == step for r in records):
-            columns.add_many([r[0] for r in records], step, [r[2] for r in records], refs)
-            return
-        for (site, step, flags, _), ref in zip(records, refs, strict=True):
-            columns.add(site, 0, step, flags, ref)
+            columns.add_many(
+                [r[0] for r in records], step, [r[2] for r in records], [PENDING] * len(records)
+            )
+        else:
+            for site, step, flags, _ in records:
+                columns.add(site, 0, step, flags, PENDING)
+        rows = list(range(first, len(columns.ref)))
+        refs = self._put_many([r[3] for r in records], rows)
+        if refs is not None:
+            columns.ref[first : first + len(refs)] = array("i", refs)
 
     def _site(self, reg: Registration, kind: Kind, attr: str) -> int:
         """The `Columns` site of (`reg`, `kind`, `attr`), resolved once."""

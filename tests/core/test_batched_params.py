@@ -15,6 +15,7 @@ from torch import nn
 
 import tensor_tracker
 from tensor_tracker import stats
+from tensor_tracker.core.hooks import PENDING
 from tensor_tracker.errors import NonFiniteError
 from tensor_tracker.stats.batch import ROW_TOLERANCE
 
@@ -135,7 +136,7 @@ def test_parameter_gradients_equal_autograd_and_come_at_the_end_of_backward() ->
         loss = model(x).sum()
 
         def after_backward() -> None:
-            seen["rows"] = len(t.stashes)
+            seen["pending"] = [r == PENDING for r in t.stashes.ref]
 
         loss.register_hook(
             lambda g: torch.autograd.Variable._execution_engine.queue_callback(after_backward)
@@ -148,7 +149,9 @@ def test_parameter_gradients_equal_autograd_and_come_at_the_end_of_backward() ->
             "min": grad.min().item(),
             "max": grad.max().item(),
         }
-    assert seen["rows"] == 0  # nothing computed while backward ran, only after it
+    # Recorded in order as the hooks saw them, computed only at the end of backward.
+    assert seen["pending"] == [True] * 2 * len(names)
+    assert PENDING not in t.stashes.ref
     assert len(t) == 2 * len(names)
 
 
@@ -162,3 +165,20 @@ def test_a_nonfinite_parameter_gradient_raises_at_the_end_of_backward() -> None:
         pytest.raises(NonFiniteError),
     ):
         (model(torch.tensor([[1.0, math.inf]])) * 0).sum().backward()
+
+
+def test_records_the_store_cannot_keep_are_kept_as_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = nn.Linear(3, 2)
+    with tensor_tracker.track(model, stats=["max"], capture="params") as t:
+
+        def refuse(self: Any, tensors: Any) -> list[int]:
+            raise RuntimeError("full")
+
+        monkeypatch.setattr(type(t.stashes.store), "put_many", refuse)
+        model(torch.randn(4, 3)).sum().backward()
+    got = {(s.attr, s.grad): s.first_value.to_dict()["max"] for s in t}
+    assert got[("weight", False)] == model.weight.max().item()
+    assert got[("bias", True)] == model.bias.grad.max().item()
+    assert len(got) == 4
