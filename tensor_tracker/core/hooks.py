@@ -305,22 +305,23 @@ class EagerHooks:
         # Rows dropped since (`Columns.clear` called directly) hold no PENDING any more.
         pending = [p for p in pending if p[0] < len(refs) and refs[p[0]] == PENDING]
         rows = [p[0] for p in pending]
+        budget = self._budget
+        before = cast(BatchValueStore, columns.store).nbytes if budget is not None else 0
         values = self._put_many([p[1] for p in pending], rows)
         if values is not None:
             for row, ref in zip(rows, values, strict=True):
                 refs[row] = ref
+        self._count_batch(rows, before)
 
     def _put_many(self, tensors: list[Tensor], rows: list[int]) -> list[int] | None:
-        """The store's references for `tensors` (`StatsStore.put_many`), counted against
-        `max_bytes` as the records `rows`; None when the store could not keep them, then
-        kept as objects in those rows instead (see `_record`)."""
+        """The store's references for `tensors` (`StatsStore.put_many`); None when the
+        store could not keep them, then kept as objects in the records `rows` instead (as
+        `_record` does)."""
         if not tensors:
             return []
         columns = self.stashes
         store = cast(BatchValueStore, columns.store)  # see `_batched`
         self._recorded = True
-        budget = self._budget
-        before = store.nbytes if budget is not None else 0
         try:
             refs = store.put_many(tensors)
         except Exception:  # kept as objects, as `_record` does, or says why it could not
@@ -331,9 +332,17 @@ class EagerHooks:
                 columns.ref[row] = len(columns.objects)
                 columns.objects.append(keep(tensor, stash_value))
             return None
-        if budget is not None and rows:
-            budget.count(columns, columns.site[rows[0]], 0, store.nbytes - before)
         return refs
+
+    def _count_batch(self, rows: list[int], before: int) -> None:
+        """Count against `max_bytes` what the store grew by since it held `before` bytes,
+        for the records `rows` (whose references are set: what the budget keeps stays
+        readable when it stops tracking)."""
+        budget = self._budget
+        if budget is not None and rows:
+            columns = self.stashes
+            grown = cast(BatchValueStore, columns.store).nbytes - before
+            budget.count(columns, columns.site[rows[0]], columns.flags[rows[0]], grown)
 
     def _record_many(self, records: list[tuple[int, int, int, Tensor]]) -> None:
         """`_record` each `(site, step, flags, tensor)` of `records` as call 0, their
@@ -351,9 +360,12 @@ class EagerHooks:
             for site, step, flags, _ in records:
                 columns.add(site, 0, step, flags, PENDING)
         rows = list(range(first, len(columns.ref)))
+        budget = self._budget
+        before = cast(BatchValueStore, columns.store).nbytes if budget is not None else 0
         refs = self._put_many([r[3] for r in records], rows)
         if refs is not None:
             columns.ref[first : first + len(refs)] = array("i", refs)
+        self._count_batch(rows, before)
 
     def _site(self, reg: Registration, kind: Kind, attr: str) -> int:
         """The `Columns` site of (`reg`, `kind`, `attr`), resolved once."""

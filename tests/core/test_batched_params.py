@@ -16,7 +16,7 @@ from torch import nn
 import tensor_tracker
 from tensor_tracker import stats
 from tensor_tracker.core.hooks import PENDING
-from tensor_tracker.errors import NonFiniteError
+from tensor_tracker.errors import MemoryBudgetError, NonFiniteError
 from tensor_tracker.stats.batch import ROW_TOLERANCE
 
 Optimizer = Callable[[Any], torch.optim.Optimizer]
@@ -182,3 +182,13 @@ def test_records_the_store_cannot_keep_are_kept_as_objects(
     assert got[("weight", False)] == model.weight.max().item()
     assert got[("bias", True)] == model.bias.grad.max().item()
     assert len(got) == 4
+
+
+def test_a_batch_over_max_bytes_stops_tracking_and_keeps_every_record_readable() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    tracker = tensor_tracker.track(model, stats=["max"], capture="params", max_bytes=100)
+    with tracker, pytest.raises(MemoryBudgetError):
+        model(torch.randn(2, 3)).sum().backward()
+    assert PENDING not in tracker.stashes.ref
+    assert len(tracker) == 8
+    assert all(s.first_value.to_dict()["max"] == s.first_value.to_dict()["max"] for s in tracker)
