@@ -34,6 +34,9 @@ from torch import Tensor, nn
 import tensor_tracker
 from tensor_tracker import Stash, rmap_tensor, stats
 from tensor_tracker.data.frame import type_name
+from tensor_tracker.persist import recording
+from tensor_tracker.persist.integrity import AppendFile
+from tensor_tracker.stats.blocking import BlocksFn
 
 # -- the plain reference implementation of the contract ------------------------------------
 
@@ -138,7 +141,31 @@ def configurations() -> dict[str, tuple[Factory, float | None]]:
             lambda m: tensor_tracker.track(m, stats=["min", "max"], on_nonfinite="raise"),
             None,
         ),
+        # Issue #30: what simulating block-scaled formats costs on top of stats=True.
+        "stats=True + mxfp8_e4m3 error/underflow": (
+            lambda m: tensor_tracker.track(m, stats=[*stats.DEFAULT, *_BLOCK["mxfp8"]]),
+            None,
+        ),
+        "stats=True + nvfp4 error/underflow": (
+            lambda m: tensor_tracker.track(m, stats=[*stats.DEFAULT, *_BLOCK["nvfp4"]]),
+            None,
+        ),
+        "stats=True + mxfp8_e4m3 and nvfp4 error/underflow": (
+            lambda m: tensor_tracker.track(m, stats=[*stats.DEFAULT, *_BLOCK["both"]]),
+            None,
+        ),
+        "  floor: minimal hooks, same kernels (stats=True, mxfp8_e4m3 and nvfp4)": (
+            _MinimalBlockStats,
+            None,
+        ),
     }
+
+
+_BLOCK = {
+    "mxfp8": ["mxfp8_e4m3_error", "mxfp8_e4m3_underflow"],
+    "nvfp4": ["nvfp4_error", "nvfp4_underflow"],
+}
+_BLOCK["both"] = _BLOCK["mxfp8"] + _BLOCK["nvfp4"]
 
 
 def paired_ratios(
@@ -192,7 +219,7 @@ def overhead_table(
                 paired_ratios(lambda: train_step(untracked, x), step_tracked, pairs)
             )
             count = len(tracker.stashes)
-            if type(tracker) is _MinimalStats:
+            if type(tracker) in (_MinimalStats, _MinimalBlockStats):
                 count //= 4  # four numbers per tensor
             held = f"{tracker.nbytes:,}" if isinstance(tracker, tensor_tracker.Tracker) else "-"
         if target is None:
@@ -272,6 +299,21 @@ class _MinimalStats(_NoOpHooks):
             self._stats(output)
             if output.grad_fn is not None:
                 output.grad_fn.register_prehook(self._pre)
+
+
+class _MinimalBlockStats(_MinimalStats):
+    """The floor of the block-format rows: `_MinimalStats`' four numbers, then the block
+    kernels of the library itself (`stats.blocking.BlocksFn`, MXFP8 E4M3 and NVFP4 error
+    and underflow), their results kept on the device as a tracker keeps them."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        self.blocks = BlocksFn(stats.blocks(*_BLOCK["both"]))
+        self.raw: list[Tensor] = []
+
+    def _stats(self, tensor: Tensor) -> None:
+        super()._stats(tensor)
+        self.raw.append(self.blocks(tensor.detach()))
 
 
 class _MinimalSums(_MinimalStats):
@@ -698,6 +740,99 @@ def training_run(
         )
 
 
+def streaming_cost(pairs: int) -> None:
+    """Issue #26: what writing each step to disk (`stream_to=`, every step recorded) costs
+    against the d_model 256 `stats=True` step it records: the time spent in the write
+    (`step()`'s flush: encode, checksum, write, flush, commit the step marker), measured
+    directly around it, as a fraction of the tracked step (forward, backward and the
+    write), and the streamed step against an in-memory tracker's in adjacent pairs."""
+    memory_model = make_model(256, 4)
+    stream_model = copy.deepcopy(memory_model)
+    x = torch.randn(4, 64, 256)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "run")
+        with (
+            tensor_tracker.track(memory_model, stats=True) as in_memory,
+            tensor_tracker.track(stream_model, stats=True, stream_to=path) as streamed,
+        ):
+            flush = streamed._flush
+            assert flush is not None
+            spent: list[float] = []
+
+            def timed_flush(block_ended: bool) -> None:
+                start = time.perf_counter()
+                flush(block_ended)
+                spent.append(time.perf_counter() - start)
+
+            streamed.on_flush(timed_flush, path)
+            # The integrity part of the write, timed where it happens: checksums of the
+            # blocks, the journal line (the step marker) and its append.
+            integrity_s = [0.0]
+
+            def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
+                def run(*args: Any) -> Any:
+                    start = time.perf_counter()
+                    try:
+                        return fn(*args)
+                    finally:
+                        integrity_s[0] += time.perf_counter() - start
+
+                return run
+
+            real_append = AppendFile.append
+
+            def append(file: AppendFile, data: Any) -> None:
+                (timed(real_append) if file.path.name == "journal" else real_append)(file, data)
+
+            patches = {"checksum": timed(recording.checksum)}
+            patches["commit_line"] = timed(recording.commit_line)
+            saved = {name: getattr(recording, name) for name in patches}
+            for name, fn in patches.items():
+                setattr(recording, name, fn)
+            AppendFile.append = append  # type: ignore[method-assign]
+            steps: list[float] = []
+
+            def memory_step() -> None:
+                train_step(memory_model, x)
+                in_memory.step()
+                in_memory.clear()
+
+            def stream_step() -> None:
+                start = time.perf_counter()
+                train_step(stream_model, x)
+                streamed.step()
+                steps.append(time.perf_counter() - start)
+
+            try:
+                ratios = paired_ratios(memory_step, stream_step, pairs)
+            finally:
+                AppendFile.append = real_append  # type: ignore[method-assign]
+                for name, fn in saved.items():
+                    setattr(recording, name, fn)
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    write = statistics.median(spent[1 : pairs + 1])
+    step = statistics.median(steps[1:])
+    print(
+        "\n## Streaming to disk: d_model=256, 4 layers, batch 4 x seq 64, stats=True, every "
+        f"step written; median over {pairs} steps\n"
+    )
+    print(
+        f"- write per step (step()'s flush): {1e3 * write:.2f} ms = {100 * write / step:.2f}% "
+        f"of the streamed step ({1e3 * step:.1f} ms); {size / (pairs + 1) / 1e3:.1f} kB on "
+        f"disk per step"
+    )
+    per_step = integrity_s[0] / len(spent)
+    print(
+        f"- of which checksums and step markers (CRC32 of each block, the journal line and "
+        f"its append): {1e6 * per_step:.0f} us = {100 * per_step / step:.3f}% of the step "
+        f"(target <= 2%: {'met' if per_step <= 0.02 * step else 'MISSED'})"
+    )
+    print(
+        f"- streamed step / in-memory stats=True step: {statistics.median(ratios):.3f}x "
+        "(adjacent pairs)"
+    )
+
+
 def recording_size(steps: int) -> None:
     """Issue #14: a statistics recording of `steps` steps of a 101-module model (50 x
     Linear+ReLU, `stats=True`, outputs and gradients), streamed to disk: its size and the
@@ -980,6 +1115,7 @@ def main() -> None:
             "summary",
             "training",
             "recording",
+            "streaming",
             "graph",
             "figures",
             "compile",
@@ -1020,6 +1156,8 @@ def main() -> None:
             training_run(200, stats.histogram(sample_n=4096))
     if part in ("all", "recording"):
         recording_size(50 if args.quick else 1000)
+    if part in ("all", "streaming"):
+        streaming_cost(5 if args.quick else args.pairs)
     if part in ("all", "graph") and not args.quick:
         graph_cost()
     if part in ("all", "figures"):

@@ -23,7 +23,7 @@ from .core.tracker import Pattern, Recorder, check_module
 from .data.compare import Comparison, Names, check_options, compare
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
-from .errors import ArgumentValueError, NonFiniteError, TrackerStateError
+from .errors import ArgumentValueError, NonFiniteError, RecordingError, TrackerStateError
 from .persist.ranks import combined_frame, merge, part_of
 from .persist.recording import RecordingWriter, read_recording, spec_of
 from .probe.compare_models import DEFAULT_MAX_BYTES, record_pair
@@ -221,13 +221,17 @@ class Tracker(Recorder):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write everything recorded (records, statistics, full copies, scalars and notes,
         module names and type names) to the directory `path`, in the documented format of
-        `tensor_tracker.persist.recording` (Arrow streams, safetensors, JSON; no pickle).
+        `tensor_tracker.persist.recording` (Arrow record batches, safetensors, JSON, a journal
+        of checksummed commits; no pickle).
         Read it back anywhere with `tensor_tracker.load(path)`. Needs the `[save]` extra
         (pyarrow, safetensors).
 
         Raises:
-            ValueError: `path` already holds a recording, or a record holds a value that
-                cannot be saved without pickle (the message names the record).
+            ValueError: `path` already holds a recording or another writer is writing it,
+                or a record holds a value that cannot be saved without pickle (the message
+                names the record).
+            RecordingError: the disk is full (the message names the directory and its
+                free space; nothing is left half-written).
 
         Example:
             >>> import tempfile, pathlib
@@ -240,8 +244,7 @@ class Tracker(Recorder):
         existed = Path(path).exists()
         writer = RecordingWriter(path, spec_of(self.stashes))
         try:
-            writer.write(self.stashes)
-            writer.log(self.logged)
+            writer.write(self.stashes, self.logged)
         except BaseException:
             writer.close()
             if not existed:  # leave nothing half-written behind
@@ -252,15 +255,21 @@ class Tracker(Recorder):
 
 def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     """Read a recording written by `Tracker.save` or `track(..., stream_to=path)`, also
-    while that run is still writing it; no pickle is involved, so a recording from someone
-    else is safe to open.
+    while that run is still writing it; no pickle is involved, and a recording from someone
+    else is read as untrusted input: every file it names must be a regular file inside
+    `path` (no absolute paths, no `..`, no symbolic link leading out), every block must
+    have its checksum and the recording's run id, and every size and index is checked
+    against the file before anything is allocated.
 
     The result is a `Tracker` holding the records (no model attached): `to_frame()`,
     indexing, `log_frame()`, every plot and viewer work on it. Module classes come back as
     the real classes when their module is already imported (nothing is imported to find
     them), otherwise as stand-ins with the same name; containers other than tuples, lists
     and dicts come back as what they hold: dataclasses, `ModelOutput`s and Hugging Face
-    caches as dicts, other pytree nodes as lists, namedtuples as tuples.
+    caches as dicts, other pytree nodes as lists, namedtuples as tuples. Its `complete` is
+    `False` while a writer is still appending, or when the writer stopped without closing
+    the recording (killed, crashed): the whole steps it committed are read, with one
+    warning.
 
     A run directory that several ranks streamed to (`track(..., stream_to=path)` under
     `torch.distributed` writes one recording per rank, `path/rank-N`) is read whole: the
@@ -269,12 +278,12 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
 
     Args:
         path: the recording's directory (or a run directory of `rank-N` recordings).
-        recover: when a file was truncated (the writing process was killed mid-step),
-            read what is complete and warn, instead of raising.
+        recover: when a file is truncated or corrupted, read the whole steps before the
+            problem and warn (saying what was dropped), instead of raising.
 
     Raises:
-        RecordingError: not a recording, a newer format, or a truncated file (its message
-            names the file and how much is complete).
+        RecordingError: not a recording, another format version, or a missing, truncated,
+            corrupted or malformed file (its message names the file and what is wrong).
 
     Example:
         >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
@@ -290,11 +299,13 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
             [e for _, rec in recordings for e in rec.log],
         )
         tracker.world_size = len(parts)
+        tracker.complete = all(rec.complete for _, rec in recordings)
         return tracker
     recording = read_recording(path, recover=recover)
     tracker = Tracker(get_stash_fn(recording.stats) if recording.stats is not None else None)
     tracker.stashes = recording.columns
     tracker.logged = recording.log
+    tracker.complete = recording.complete
     return tracker
 
 
@@ -334,6 +345,7 @@ def track(
     non_blocking: bool = False,
     on_nonfinite: str | Callable[[NonFinite | None], Any] | None = None,
     stream_to: str | os.PathLike[str] | None = None,
+    on_disk_full: str = "raise",
 ) -> Tracker:
     """Track what the modules of `module` compute; use it as a context manager.
 
@@ -421,8 +433,10 @@ def track(
     Choosing what to keep (memory):
         - `stats=True`: keep a few statistics per tensor (mean, std, rms, abs_max, min, max,
           numel) computed on the tensor's device, instead of a copy. Also a list of names
-          (`stats=["rms", "fp16_overflow"]`), custom `("name", fn)` pairs, or
-          `tensor_tracker.stats.histogram()`; see `tensor_tracker.stats`.
+          (`stats=["rms", "fp16_overflow"]`, or block-scaled formats simulated:
+          `"mxfp8_e4m3_error"`, `"nvfp4_underflow"`, ...), custom `("name", fn)` pairs,
+          `tensor_tracker.stats.histogram()` or `tensor_tracker.stats.blocks()`; see
+          `tensor_tracker.stats`.
         - `device=None` keeps copies on the tensor's device; `dtype=torch.bfloat16` stores
           them in a smaller dtype; `sample=1000` keeps 1000 random elements (seeded by
           `seed`); `non_blocking=True` copies from a GPU to pinned memory asynchronously.
@@ -485,6 +499,13 @@ def track(
             The tracker itself then holds only the current step. Under
             `torch.distributed` (initialised before `track` is called), each rank writes
             its own recording, `stream_to/rank-N`, and `load(stream_to)` reads them all.
+            Each step is written whole or not at all: a process killed (or a Ctrl-C)
+            mid-write loses only the step being written, and `load` says so.
+        on_disk_full: what a write error of `stream_to=` (a full disk) does. `"raise"`
+            (the default): `step()` raises one `RecordingError` naming the directory and
+            its free space, after closing the recording with every step written before
+            (it loads). `"warn"`: the same closing, then a warning, the hooks removed and
+            training goes on unrecorded.
 
     Returns:
         A `Tracker`: a sequence of `Stash` with `to_frame()`, `step()`, `nbytes`.
@@ -533,27 +554,49 @@ def track(
     tracker = Tracker(options=options)
     if on_nonfinite is not None:
         _arm_tripwire(tracker, on_nonfinite)
+    check_type(on_disk_full, str, "on_disk_full=", '"raise" or "warn"')
+    check_choices({on_disk_full}, "on_disk_full=", ("raise", "warn"))
     if stream_to is not None:
-        _stream(tracker, stream_to)
+        _stream(tracker, stream_to, on_disk_full)
     tracker.register_all(
         module, grad=options.grad, include=options.include, exclude=options.exclude
     )
     return tracker
 
 
-def _stream(tracker: Tracker, path: str | os.PathLike[str]) -> None:
+def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -> None:
     """Set up `track(..., stream_to=path)` (before any hook is attached)."""
     check_type(path, (str, os.PathLike), "stream_to=", "a directory path")
     if tracker.rank is not None:  # each rank writes its own part of the run directory
         path = Path(path) / f"rank-{tracker.rank}"
     writer = RecordingWriter(path, spec_of(tracker.stashes))
+    stopped = False
 
     def flush(block_ended: bool) -> None:
+        nonlocal stopped
+        if writer.closed and not stopped:
+            return  # a write error closed it and raised: the records stay in memory
+        if stopped:  # after a full disk under on_disk_full="warn": nothing more is kept
+            tracker.clear()
+            tracker.logged.clear()
+            return
         tracker._sync()
-        writer.write(tracker.stashes)
-        writer.log(tracker.logged)
-        tracker.clear()  # on disk now: memory stays flat however long the run
-        tracker.logged.clear()
+        before = writer.commits
+        try:
+            writer.write(tracker.stashes, tracker.logged)
+        except RecordingError as error:
+            if on_disk_full == "raise":
+                raise
+            stopped = True
+            tracker.unregister()
+            warnings.warn(f"{error}. Recording stopped; training goes on.", RuntimeWarning, 3)
+            return
+        finally:
+            # Also when a KeyboardInterrupt came after the step's commit landed: what is on
+            # disk is dropped from memory, so the step is never written twice.
+            if writer.commits != before or stopped:
+                tracker.clear()  # on disk now: memory stays flat however long the run
+                tracker.logged.clear()
         if block_ended:
             writer.pause()
 

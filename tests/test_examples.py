@@ -8,6 +8,8 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
+pytestmark = pytest.mark.slow  # runs the example scripts
+
 
 def test_stream_run_trains_streams_and_reads_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -19,7 +21,7 @@ def test_stream_run_trains_streams_and_reads_back(
     assert "records of 4 steps" in out  # steps 0, 3, 6, 9
     assert "notes: ['learning rate halved']" in out
     assert "No findings." in out
-    assert (tmp_path / "run" / "records.arrows").exists()
+    assert (tmp_path / "run" / "records.blocks").exists()
     assert "report: " in out and (tmp_path / "run" / "report.html").exists()
 
 

@@ -16,7 +16,7 @@ from .._optional import require
 from .._validate import check_type
 from ..errors import ArgumentValueError
 from ..stats import DEFAULT, Statistic
-from ..stats.formats import FORMATS
+from ..stats.formats import BLOCK_FORMATS, FORMATS
 from .frame import holds_copies, recording_frame, to_frame
 from .nonfinite import first_nonfinite
 
@@ -368,9 +368,34 @@ def _subject(name: str, kind: str, attr: str) -> str:
     return f"{name or '<root>'} {kind} {attr}".rstrip()
 
 
+def _block_format_text(key: str, what: str, grad: bool, count: str) -> tuple[str, str]:
+    """The explanation and suggestion of a block-format finding (`<format>_error` or
+    `<format>_underflow`, see `_format_text`)."""
+    f = BLOCK_FORMATS[key]
+    tensors = "gradients" if grad else "values"
+    smaller = "smaller blocks (stats.blocks(block_size=...) shows what they would give)"
+    if what == "error":
+        return (
+            f"{f.label} would add far more rounding noise to the {tensors} of {count} than to "
+            f"Gaussian data (relative RMS error {f.gaussian_error:.2g}): their largest values "
+            "round badly, typically values crowding just below a power of two, which the "
+            "power-of-two block scale pushes past the element format's maximum",
+            "keep these in a wider format, or use a scale rounded up from the block maximum "
+            "(torchao's RCEIL/CEIL modes) so that block maxima never saturate",
+        )
+    return (
+        f"{f.label} would flush many nonzero {tensors} of {count} to zero: they lie too far "
+        "below the largest value of their block",
+        "use a format with more exponent bits (E5M2 for gradients), scale the tensor, "
+        f"or use {smaller}",
+    )
+
+
 def _format_text(key: str, what: str, grad: bool, kind: str, count: str) -> tuple[str, str]:
     """The explanation and suggestion of a `<format>_<what>` finding about `count` (e.g.
     `"2 parameter(s)"`) of `kind` (their values, or their gradients with `grad`)."""
+    if key in BLOCK_FORMATS:
+        return _block_format_text(key, what, grad, count)
     label, largest = FORMATS[key].label, FORMATS[key].max
     tensors = "gradients" if grad else "values"
     if what == "overflow":
@@ -399,6 +424,7 @@ def _check_formats(
     formats: Sequence[str],
     overflow: float,
     underflow: float,
+    block_error: float,
     found: list[Finding],
 ) -> str:
     np = require("numpy", "pandas")
@@ -414,7 +440,10 @@ def _check_formats(
     )
     looked: dict[str, list[str]] = {}
     for key in formats:
-        for what, limit in (("overflow", overflow), ("underflow", underflow)):
+        checks = (("overflow", overflow), ("underflow", underflow))
+        if key in BLOCK_FORMATS:
+            checks = (("error", block_error * BLOCK_FORMATS[key].gaussian_error), checks[1])
+        for what, limit in checks:
             values = rec.column(f"{key}_{what}")
             source = f"{key}_{what}"
             if values is None and what == "overflow":
@@ -442,8 +471,17 @@ def _check_formats(
                 evidence: dict[str, float | str] = {count_key: float(len(worst))}
                 if source == "abs_max":
                     evidence["largest abs_max"] = float(np.nanmax(rec.column("abs_max")[rows]))
+                elif what == "error":
+                    evidence["error (worst)"] = float(worst.iloc[0])
+                    evidence["threshold"] = limit
                 else:
                     evidence[f"{what} fraction (worst)"] = float(worst.iloc[0])
+                if key in BLOCK_FORMATS:
+                    # Where to look: the worst module's worst steps.
+                    top = sub[sub["subject"] == worst.index[0]].sort_values("v", ascending=False)
+                    evidence["worst steps"] = ", ".join(
+                        str(s) for s in dict.fromkeys(int(s) for s in top["step"][:8])
+                    )
                 found.append(
                     Finding(
                         f"{key}_{what}",
@@ -565,6 +603,7 @@ def diagnose(
     formats: Sequence[str] = ("fp16", "bf16"),
     overflow: float = 0.0,
     underflow: float = 0.1,
+    block_error: float = 2.0,
     update_size: tuple[float, float] = (1e-5, 1e-1),
     spike: float = 6.0,
 ) -> Diagnosis:
@@ -593,6 +632,17 @@ def diagnose(
       fractions were not recorded) or flushing to zero (fraction above `underflow`). Every
       record is read (outputs, inputs, parameters, their gradients): one finding per kind,
       values or gradients, naming the module (its outputs), the parameter or the input.
+      For a block-scaled format (a key of `tensor_tracker.formats.BLOCK_FORMATS`, e.g.
+      `"mxfp8_e4m3"`, `"nvfp4"`; record its `<format>_error` and `<format>_underflow`
+      statistics, or full copies): `<format>_error` when the relative RMS quantization
+      error passes `block_error` times the format's error on Gaussian data
+      (`BlockFormat.gaussian_error`: the rounding floor every tensor pays; heavy tails and
+      outliers stay within 1.5x of it, as the largest values dominate the error, while
+      values saturating under the power-of-two scale, e.g. tanh outputs near ±0.99, reach
+      3x in MXFP8 E4M3, hence the default 2), and `<format>_underflow` when the
+      fraction of nonzero values flushed to zero passes `underflow` (10% by default:
+      MXFP4 flushes 9% of Gaussian data, the 8-bit formats none). Their evidence names
+      the worst steps of the worst module.
     - `update_size`: with parameters recorded as copies (`capture=("outputs", "params")`,
       no `stats=`), `rms(change) / rms(parameter)` between recorded steps outside
       `update_size` (the usual value is ~1e-3), naming the parameters.
@@ -608,8 +658,10 @@ def diagnose(
         dead: fraction of dead units from which a module is reported.
         saturation: mean slope (relative to the slope at 0) below which a module is
             reported.
-        formats: keys of `tensor_tracker.formats.FORMATS` to check.
+        formats: keys of `tensor_tracker.formats.FORMATS` or `BLOCK_FORMATS` to check.
         overflow, underflow: fractions of values above which a module is reported.
+        block_error: for block formats, the multiple of the format's error on Gaussian
+            data above which a module is reported.
         update_size: `(low, high)` bounds of the update-to-parameter rms ratio.
         spike: robust standard deviations for a loss spike.
 
@@ -631,9 +683,10 @@ def diagnose(
         Checked: nonfinite: the min/max (or nonfinite, sum) of every recorded tensor; ...
     """
     for key in formats:
-        if key not in FORMATS:
+        if key not in FORMATS and key not in BLOCK_FORMATS:
             raise ArgumentValueError(
-                f"diagnose: formats= holds {key!r}; use keys of FORMATS: {list(FORMATS)}"
+                f"diagnose: formats= holds {key!r}; use keys of FORMATS: {list(FORMATS)} "
+                f"or of BLOCK_FORMATS: {list(BLOCK_FORMATS)}"
             )
     numbers = {
         "vanishing=": vanishing,
@@ -642,10 +695,13 @@ def diagnose(
         "saturation=": saturation,
         "overflow=": overflow,
         "underflow=": underflow,
+        "block_error=": block_error,
         "spike=": spike,
     }
     for name, value in numbers.items():
         check_type(value, (int, float), name, "a number")
+    if not block_error > 0:
+        raise ArgumentValueError(f"diagnose: block_error= must be > 0, got {block_error!r}")
     if not 0 < vanishing < 1 < exploding:
         raise ArgumentValueError("diagnose: need 0 < vanishing= < 1 < exploding=")
     if len(update_size) != 2 or not 0 <= update_size[0] < update_size[1]:
@@ -676,7 +732,7 @@ def diagnose(
     checked["gradients"] = _check_gradients(rec, vanishing, exploding, found)
     checked["dead_units"] = _check_dead_units(rec, dead, found)
     checked["saturation"] = _check_saturation(rec, saturation, found)
-    checked["formats"] = _check_formats(rec, formats, overflow, underflow, found)
+    checked["formats"] = _check_formats(rec, formats, overflow, underflow, block_error, found)
     checked["update_size"] = _check_updates(rec, update_size[0], update_size[1], found)
     if loss is not None:
         checked["loss"] = _check_loss(loss, spike, found)

@@ -17,14 +17,26 @@ from ..data.compare import Comparison
 from ..data.select import display_name, short_labels
 from ..errors import ArgumentTypeError
 from ..probe.graph import ModuleGraph
-from ..stats.formats import FORMATS
+from ..stats.formats import BLOCK_FORMATS, FORMATS
+from ..stats.spec import BLOCK_NAMES
 from ._columns import columns_of
 from ._compare_report import comparison_payload
 
 __all__ = ["page", "report"]
 
-# The statistics a report shows (those recorded), in this order.
-_STATS = ("rms", "abs_max", "mean", "std", "min", "max", "nonfinite", "fp16_overflow")
+# The statistics a report shows (those recorded), in this order: the block-format ones
+# last, so that the statistic picker doubles as a picker of block formats.
+_STATS = (
+    "rms",
+    "abs_max",
+    "mean",
+    "std",
+    "min",
+    "max",
+    "nonfinite",
+    "fp16_overflow",
+    *BLOCK_NAMES,
+)
 # Histograms kept per series: at most this many steps, spread evenly over the run.
 _HIST_STEPS = 200
 # Points per logged scalar drawn in the KPI chart.
@@ -70,6 +82,7 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
         "series": [],
         "hist": None,
         "formats": {},
+        "blockFormats": {},
         "log": {"scalars": {}, "notes": []},
     }
 
@@ -164,6 +177,11 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
                 "subnormal": f.min_subnormal,
             }
             for key, f in FORMATS.items()
+        },
+        # Under a block format's error the chart draws its floor (its error on Gaussian
+        # data) instead of the range limits, which mean nothing there.
+        "blockFormats": {
+            key: {"label": f.label, "floor": f.gaussian_error} for key, f in BLOCK_FORMATS.items()
         },
         "log": {"scalars": scalars, "notes": notes},
     }

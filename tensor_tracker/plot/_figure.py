@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from .._optional import require
 from ..data.select import short_label
 from ..errors import ArgumentTypeError, ArgumentValueError
-from ..stats.formats import FORMATS, Format
+from ..stats.formats import BLOCK_FORMATS, FORMATS, BlockFormat, Format
+from ..stats.spec import BLOCK_NAMES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -30,6 +31,7 @@ __all__ = [
     "limits_legend",
     "new_axes",
     "new_figure",
+    "reference_formats",
     "root_figure",
     "series_key",
     "series_styles",
@@ -173,19 +175,50 @@ def format_list(formats: Sequence[str]) -> list[Format]:
         formats = (formats,)
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
+        hint = ""
+        if any(f in BLOCK_FORMATS for f in unknown):
+            hint = (
+                "; block-scaled formats have no fixed range to draw: plot their statistics, "
+                'e.g. stat="nvfp4_error" (recorded with stats=[..., "nvfp4_error"])'
+            )
         raise ArgumentValueError(
-            f"formats: unknown format(s) {unknown}; known: {list(FORMATS)} (or () for none)"
+            f"formats: unknown format(s) {unknown}; known: {list(FORMATS)} (or () for none)" + hint
         )
     return [FORMATS[f] for f in formats]
 
 
-def format_lines(ax: Axes, formats: Sequence[Format], data: Sequence[float]) -> list[Any]:
+def reference_formats(formats: Sequence[str], stat: str) -> list[Format | BlockFormat]:
+    """What a plot of `stat` draws reference lines for: the range limits of `formats` for
+    statistics of values; for a block-format error (`"<format>_error"`), that format's
+    error on Gaussian data (its floor), or that of the block formats `formats` names;
+    nothing for the other block statistics (underflow fractions, dynamic range)."""
+    if stat not in BLOCK_NAMES:
+        return list(format_list(formats))
+    if not stat.endswith("_error"):
+        return []
+    named = [
+        BLOCK_FORMATS[f]
+        for f in ((formats,) if isinstance(formats, str) else formats)
+        if f in BLOCK_FORMATS
+    ]
+    return list(named) or [BLOCK_FORMATS[stat.removesuffix("_error")]]
+
+
+def format_lines(
+    ax: Axes, formats: Sequence[Format | BlockFormat], data: Sequence[float]
+) -> list[Any]:
     """Horizontal lines at log2 of each format's limits, and legend handles describing them.
 
     Every line has `gid` `"limit:<format>:<max|min_normal|min_subnormal>"`. The view covers
     the data and the limits within 2**±32 (bfloat16's ±2**128 would flatten the data; its
-    legend entry then says "off-scale").
+    legend entry then says "off-scale"). A block format (`BlockFormat`, drawn under a
+    plot of its error) gets one solid line at its error on Gaussian data, `gid`
+    `"limit:<format>:gaussian_error"`, and a dotted one at twice that, `gid`
+    `"limit:<format>:twice"` (where `diagnose` reports by default).
     """
+    blocks = [f for f in formats if isinstance(f, BlockFormat)]
+    if blocks:
+        return _floor_lines(ax, blocks, data)
     lines = require("matplotlib.lines", "plot")
     finite = [v for v in data if math.isfinite(v)]
     lo, hi = (min(finite), max(finite)) if finite else (-1.0, 1.0)
@@ -203,16 +236,7 @@ def format_lines(ax: Axes, formats: Sequence[Format], data: Sequence[float]) -> 
         for which, style, _ in _LIMITS:
             y = math.log2(getattr(fmt, which))
             off = off or not (lo - pad <= y <= hi + pad)
-            ax.axhline(
-                y,
-                color=color,
-                linestyle=style,
-                linewidth=0.9,
-                alpha=0.7,
-                zorder=1,
-                gid=f"limit:{fmt.name}:{which}",
-                label=f"_{fmt.name} {which}",
-            )
+            _limit_line(ax, y, color, style, fmt.name, which)
         span = f"2^{math.log2(fmt.min_subnormal):.0f} .. 2^{math.log2(fmt.max):.1f}" + (
             ", off-scale" if off else ""
         )
@@ -220,6 +244,51 @@ def format_lines(ax: Axes, formats: Sequence[Format], data: Sequence[float]) -> 
     if formats:
         for _, style, text in _LIMITS:
             handles.append(lines.Line2D([], [], color="gray", linestyle=style, label=text))
+    return handles
+
+
+def _limit_line(ax: Axes, y: float, color: Any, style: str, name: str, which: str) -> None:
+    """One reference line across the axes, `gid` `"limit:<name>:<which>"`, left out of
+    legends (its label starts with `_`)."""
+    ax.axhline(
+        y,
+        color=color,
+        linestyle=style,
+        linewidth=0.9,
+        alpha=0.7,
+        zorder=1,
+        gid=f"limit:{name}:{which}",
+        label=f"_{name} {which}",
+    )
+
+
+def _floor_lines(ax: Axes, formats: Sequence[BlockFormat], data: Sequence[float]) -> list[Any]:
+    """`format_lines` under a plot of block-format errors: each format's floor (its error
+    on Gaussian data) and twice it."""
+    lines = require("matplotlib.lines", "plot")
+    levels = [math.log2(f.gaussian_error * k) for f in formats for k in (1, 2)]
+    finite = [v for v in data if math.isfinite(v)] + levels
+    lo, hi = min(finite), max(finite)
+    pad = max(0.5, 0.05 * (hi - lo))
+    ax.set_ylim(lo - pad, hi + pad)
+    handles = []
+    for i, fmt in enumerate(formats):
+        color = _FORMAT_COLORS[i % len(_FORMAT_COLORS)]
+        for which, style, k in (("gaussian_error", "-", 1), ("twice", ":", 2)):
+            _limit_line(ax, math.log2(fmt.gaussian_error * k), color, style, fmt.name, which)
+        handles.append(
+            lines.Line2D(
+                [],
+                [],
+                color=color,
+                label=f"{fmt.label} error of Gaussian data ({fmt.gaussian_error:.3g})",
+            )
+        )
+    handles.append(
+        lines.Line2D(
+            [], [], color="gray", linestyle=":", label="twice that (diagnose reports above)"
+        )
+    )
     return handles
 
 

@@ -44,9 +44,9 @@ from ._figure import (
     MANY_MODULES,
     MAX_LEGEND,
     format_lines,
-    format_list,
     limits_legend,
     new_axes,
+    reference_formats,
     series_key,
     series_styles,
 )
@@ -93,7 +93,9 @@ def history(
             (`"<model>"` for the root); default: all, in execution order.
         grad: `True` for the gradients, `False` for the forward values.
         kind: `"output"` (the default), `"input"`, `"param"` or `"optimizer"`.
-        formats: which formats' limits to draw; `()` for none.
+        formats: which formats' limits to draw; `()` for none. Under a block-format
+            error (`stat="nvfp4_error"`): that format's error on Gaussian data and twice
+            it, or those of the `BLOCK_FORMATS` keys named here (see `scale_plot`).
         leaves: `True` for leaf modules only (no recorded submodule); default: leaves only
             when `names` is not given and more than 40 modules match.
         max_points: the most points drawn per line (see above).
@@ -121,7 +123,7 @@ def history(
     row_names, attrs, steps, values, modules = history_rows(
         tracker_or_frame, stat, names, grad, kind
     )
-    fmts = format_list(formats)
+    fmts = reference_formats(formats, stat)
     if leaves if leaves is not None else (names is None and len(modules) > MANY_MODULES):
         modules = leaf_names(modules)
         kept = set(modules)

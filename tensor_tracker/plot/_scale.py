@@ -32,17 +32,17 @@ from ..data.series import (
     tensor_label,
     tensor_labels,
 )
-from ..stats.formats import Format
+from ..stats.formats import BlockFormat, Format
 from ._figure import (
     DEFAULT_FORMATS,
     MANY_MODULES,
     MAX_WIDTH,
     category_ticks,
     format_lines,
-    format_list,
     limits_legend,
     new_axes,
     new_figure,
+    reference_formats,
     root_figure,
     series_key,
     series_styles,
@@ -101,7 +101,9 @@ def scale_plot(
         kind: which stashes: `"output"` (the default), `"input"`, `"param"`, `"optimizer"`.
         step: the step to show; default: the last recorded step.
         formats: which formats' limits to draw (keys of `tensor_tracker.formats.FORMATS`);
-            `()` for none.
+            `()` for none. Under a block-format error (`stat="nvfp4_error"`) the range
+            limits mean nothing: the lines are then that format's error on Gaussian data
+            (its floor) and twice it, or those of the keys of `BLOCK_FORMATS` named here.
         names: which modules: a substring or regex of module names, or a list of exact
             names; default: all.
         leaves: `True` for leaf modules only (no recorded submodule), `False` for parents
@@ -154,7 +156,7 @@ def scale_plot(
         chosen = select(chosen, kind=None, names=names)
         if not chosen:
             raise nothing_selected("scale_plot", f"names={names!r}", as_stashes(source, argument))
-    fmts = format_list(formats)
+    fmts = reference_formats(formats, stat)
     order = module_order(chosen)
     # Leaves and grouping are decided on one count, the modules chosen: leaves alone are
     # fewer, and counting them would leave a large model of blocks ungrouped.
@@ -233,7 +235,7 @@ def _by_depth(
     depth: Depth,
     means: dict[Any, float],
     has_grad: bool,
-    fmts: list[Format],
+    fmts: list[Format | BlockFormat],
     title: str,
     ylabel: str,
     ax: Axes | None,

@@ -21,6 +21,40 @@ Built-in statistic names (see `NAMES`):
   `F_underflow` (fraction of values that are nonzero but flush to zero, `|x| < min_subnormal`)
   and `F_subnormal` (fraction nonzero with `|x| < min_normal`, the underflowing ones
   included). Values exactly at a limit are representable and not counted.
+- block-scaled formats: for each `F` in `tensor_tracker.formats.BLOCK_FORMATS`
+  (`mxfp8_e4m3`, `mxfp8_e5m2`, `mxfp6_e3m2`, `mxfp6_e2m3`, `mxfp4_e2m1`, `nvfp4`), what
+  quantizing the tensor to `F` and back would do, simulated on its device (the tensor is
+  not changed), with blocks along its last dimension (`blocks(...)` chooses another
+  dimension or block size; a last partial block counts as padded with zeros):
+
+  - `F_error`: the relative RMS quantization error `||dequantize(quantize(x)) - x|| / ||x||`
+    (0 for an all-zero tensor). The format's own rounding sets a floor, which Gaussian
+    data shows: about 0.03 for MXFP8 E4M3 and MXFP6 E2M3, 0.055 for MXFP8 E5M2 and MXFP6
+    E3M2, 0.12 for MXFP4, 0.095 for NVFP4 (`BlockFormat.gaussian_error`). It is the noise
+    the format adds, relative to the tensor, and the largest values dominate it: an outlier
+    that flushes its block's small values hardly moves it (`F_underflow` shows those). It
+    rises well above the floor when the largest values themselves round badly: the MX
+    scale is a power of two taken *down* from the block's maximum, so values crowding
+    just below a power of two (saturated tanh outputs near ±0.99, sign-like values) land
+    between the element format's maximum and the next power of two and saturate (E4M3:
+    448 of up to 512, ~10% error, three times its floor).
+  - `F_underflow`: the fraction of nonzero values that quantize to zero. Each block's
+    scale follows its largest value, so values more than about `log2(max / smallest
+    element)` binades below it are lost: 18 for E4M3, 32 for E5M2, 9 for E3M2, 6 for
+    E2M3, 3.6 for E2M1 (and in NVFP4 a whole block flushes when its scale falls below
+    E4M3's smallest value). For gradients these are updates that never happen.
+  - `block_dynamic_range`: the largest, over blocks of 32, of `log2(max |x|) - log2(min
+    nonzero |x|)`, in binades (0 when no block holds two different nonzero
+    magnitudes). Compare it with the element ranges above: a tensor whose blocks span
+    more binades than a format's elements cannot keep its smallest values in it.
+
+  MX blocks get the OCP MX v1.0 scale `2**(floor(log2(max|x|)) - emax)` (torchao's
+  `FLOOR` mode), elements rounded to nearest-even and saturated. NVFP4 blocks of 16 get an
+  E4M3 scale under a per-tensor float32 scale. Computed in float32 from the tensor's
+  values (float64 tensors beyond float32's range are infinite there). A tensor holding
+  NaN or ±inf has NaN error; NaN blocks flush nothing; ±inf saturates and flushes the
+  rest of its block. Costs about 16 (MX) or 19 (NVFP4) elementwise passes over the tensor
+  per format, no host sync (see doc/benchmarks.md).
 
 Sparse tensors (e.g. the gradient of `nn.Embedding(sparse=True)`) are summarised as the
 dense tensors they stand for: implicit zeros count as values. Complex tensors are summarised
@@ -40,11 +74,12 @@ float32 tensor overflow beyond about 1e19).
 
 Modules, from what a user names to what a hook runs and a table reads:
 
-- `spec`: what a stats spec names (`Statistic`, `histogram()`) and its parsing.
+- `spec`: what a stats spec names (`Statistic`, `histogram()`, `blocks()`) and its parsing.
 - `builtin`: the table of built-in statistics, the one place to add one.
-- `formats`: the range limits of fp16, bf16 and fp8 formats.
+- `formats`: the range limits of fp16, bf16 and fp8 formats; the block-scaled formats.
 - `kernels`: the hot-path kernels that compute a tensor's raw numbers.
 - `binning`: histogram counts on the device.
+- `blocking`: block-scaled formats (MX, NVFP4) simulated on the device.
 - `layout`: `Layout`, which statistics a raw vector holds and how each is derived.
 - `fn`: `StatsFn` (`parse`, `compute`): a tensor to its `Stats`.
 - `values`: `Stats`, one tensor's statistics, on its device until read.
@@ -63,19 +98,22 @@ from . import formats
 from .fn import Spec, StatsFn, compute, parse
 from .layout import Layout
 from .merging import combine, inexact_names
-from .spec import DEFAULT, NAMES, Histogram, Statistic, histogram
+from .spec import BLOCK_NAMES, DEFAULT, NAMES, Blocks, Histogram, Statistic, blocks, histogram
 from .table import stats_table
 from .values import Stats
 
 __all__ = [
+    "BLOCK_NAMES",
     "DEFAULT",
     "NAMES",
+    "Blocks",
     "Histogram",
     "Layout",
     "Spec",
     "Statistic",
     "Stats",
     "StatsFn",
+    "blocks",
     "combine",
     "compute",
     "formats",

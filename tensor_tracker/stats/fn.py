@@ -13,10 +13,21 @@ from torch import Tensor
 from ..core.memo import LastTensorMemo
 from ..errors import ArgumentValueError, TrackerStateError
 from .binning import HistogramFn, add_hist_derivers
+from .blocking import BlocksFn, add_block_derivers, block_empty, block_items
 from .builtin import plan
 from .kernels import F64, NAN, REDUCED_AS_THEY_ARE, Core, compute_dtype, flat, host_tensor
 from .layout import Layout, column
-from .spec import DEFAULT, CustomName, Histogram, Item, Statistic, item_name, parse_items
+from .spec import (
+    BLOCK_NAMES,
+    DEFAULT,
+    Blocks,
+    CustomName,
+    Histogram,
+    Item,
+    Statistic,
+    item_name,
+    parse_items,
+)
 from .store import StatsStore
 from .values import Stats
 
@@ -50,10 +61,10 @@ def _not_recomputable(tensor: Tensor) -> Tensor:
     )
 
 
-_UNPICKLED_LAYOUTS: dict[tuple[str | Histogram | CustomName, ...], Layout] = {}
+_UNPICKLED_LAYOUTS: dict[tuple[str | Histogram | Blocks | CustomName, ...], Layout] = {}
 
 
-def layout_from_spec(spec: tuple[str | Histogram | CustomName, ...]) -> Layout:
+def layout_from_spec(spec: tuple[str | Histogram | Blocks | CustomName, ...]) -> Layout:
     """The layout of a pickled `Stats`: one per spec, so unpickled stats batch together."""
     layout = _UNPICKLED_LAYOUTS.get(spec)
     if layout is None:
@@ -103,6 +114,7 @@ class StatsFn:
     """
 
     __slots__ = (
+        "_blocks",
         "_compiled",
         "_core",
         "_customs",
@@ -128,14 +140,16 @@ class StatsFn:
             )
         names: list[str] = []
         for item in items:
-            names.extend(item.names if isinstance(item, Histogram) else [item_name(item)])
+            names.extend(item.names if isinstance(item, (Histogram, Blocks)) else [item_name(item)])
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ArgumentValueError(
                 f"stats=: statistic names must be unique; repeated: {duplicates}"
             )
 
-        core, derivers, empty = plan({i for i in items if isinstance(i, str)})
+        core, derivers, empty = plan(
+            {i for i in items if isinstance(i, str) and i not in BLOCK_NAMES}
+        )
         customs: list[_CustomFn] = []
         hists: list[HistogramFn] = []
         histograms: dict[str, Histogram] = {}
@@ -150,6 +164,11 @@ class StatsFn:
                 empty.extend([0.0] * (item.bins + 5))
                 hists.append(HistogramFn(item))
                 histograms[item.name] = item
+        blocks: list[BlocksFn] = []
+        for config in block_items(items):
+            add_block_derivers(derivers, config, offset=len(empty))
+            blocks.append(BlocksFn(config))
+            empty.extend(block_empty(config))
 
         integral = {"numel", "nonfinite"}
         for h in histograms.values():
@@ -165,10 +184,13 @@ class StatsFn:
         self._compiled: Callable[[Tensor, Tensor | None], Tensor] | None = None
         if compile and core is not None:
             self._compiled = torch.compile(core.device_raw, dynamic=True)
-        self._spec_repr = [i if isinstance(i, (str, Histogram)) else i.name for i in items]
+        self._blocks = tuple(blocks)
+        self._spec_repr = [i if isinstance(i, (str, Histogram, Blocks)) else i.name for i in items]
         self._memo = LastTensorMemo(self._compute)
         # Only the core groups (the default set): one call, no parts to join.
-        self._simple = core is not None and core.range is None and not customs and not hists
+        self._simple = (
+            core is not None and core.range is None and not customs and not hists and not blocks
+        )
         # Where a NaN or infinity shows in the raw vector: the min/max slots (non-finite
         # exactly when the tensor is) or the non-finite count; without those, a slot that
         # a non-finite value propagates into (a sum, the moments, the absolute sum).
@@ -251,6 +273,7 @@ class StatsFn:
                 xs = flat(xc) if core.flat else xc
                 return (core.host(xs) if xs.is_cpu else core.device_raw(xs, None)), numel
             return self._core_raw(core, flat(xc), None), numel  # compiled for 1-D tensors
+        shaped = xc
         xc = flat(xc)
         # Each part is a tensor, or host floats from the CPU's fast paths; when all of them
         # are floats, no tensor is built until the statistics are read.
@@ -262,6 +285,8 @@ class StatsFn:
             parts.append(custom(x))
         for hist in self._hists:
             parts.append(hist(xc, numel))
+        for block in self._blocks:
+            parts.append(block(shaped))
         floats: list[float] = []
         for part in parts:
             if not isinstance(part, list):

@@ -14,7 +14,7 @@ from ..errors import NotRecordedError
 from .kernels import F64
 
 if TYPE_CHECKING:
-    from .spec import CustomName, Histogram
+    from .spec import Blocks, CustomName, Histogram
 
 __all__ = ["Derive", "Layout", "column"]
 
@@ -59,7 +59,7 @@ class Layout:
         empty: tuple[float, ...],
         histograms: dict[str, Histogram],
         integral: frozenset[str],
-        spec: tuple[str | Histogram | CustomName, ...] = (),
+        spec: tuple[str | Histogram | Blocks | CustomName, ...] = (),
     ) -> None:
         self._spec = spec
         self._names = names
@@ -83,7 +83,7 @@ class Layout:
         return self._names
 
     @property
-    def spec(self) -> tuple[str | Histogram | CustomName, ...]:
+    def spec(self) -> tuple[str | Histogram | Blocks | CustomName, ...]:
         """What the layout was built from: statistic names, `Histogram`s, and custom
         statistics by name (`CustomName`). A layout pickles as this spec (the derivers are
         closures); `stats.fn` registers how, being the module that builds layouts."""

@@ -9,6 +9,10 @@ What combines exactly (up to float64 rounding):
 - `mean`, `std`, `rms`: element-weighted means and the parallel variance formula
   (Chan et al.), from each part's mean and spread;
 - `min`, `max`, `abs_max`: the extremes of the extremes (NaN if any part holds NaN);
+- the block-format statistics: their squared errors, sums of squares and counts add up
+  and `block_dynamic_range` is the largest of the parts', exact when each part holds
+  whole blocks (as the row shards of a weight do, with blocks along the last dimension),
+  except for NVFP4, whose per-tensor scale is each part's own;
 - histograms: bin counts add up, exactly, unless `sample_n` is set (then the counts are
   each part's own sample, added) or `reject_sigma` is (each part rejected values by its
   own mean and spread, not the global ones).
@@ -26,10 +30,11 @@ import torch
 from torch import Tensor
 
 from ..errors import ArgumentValueError
+from .blocking import block_items, block_rules
 from .builtin import raw_plan
 from .kernels import F64, NAN
 from .layout import Layout
-from .spec import CustomName, Histogram
+from .spec import BLOCK_NAMES, CustomName, Histogram
 from .values import Stats
 
 __all__ = ["combine", "combine_table", "inexact_names"]
@@ -41,7 +46,7 @@ def _rules(layout: Layout) -> list[str]:
     """How each slot of `layout`'s raw vector combines: `"sum"`, `"min"`, `"max"`,
     `"mean"`, `"std0"` or `"nan"` (not combinable)."""
     spec = layout.spec
-    names = {item for item in spec if isinstance(item, str)}
+    names = {item for item in spec if isinstance(item, str) and item not in BLOCK_NAMES}
     groups, _, keys = raw_plan(names)
     rules: list[str] = []
     for group in groups:
@@ -55,6 +60,8 @@ def _rules(layout: Layout) -> list[str]:
     for item in spec:
         if isinstance(item, Histogram):
             rules += ["sum"] * (item.bins + 5)
+    for config in block_items(spec):
+        rules += block_rules(config)
     if len(rules) != layout.width:  # a layout made some other way: say so, never guess
         raise ArgumentValueError(f"cannot combine statistics of {layout!r}")
     return rules
@@ -62,13 +69,16 @@ def _rules(layout: Layout) -> list[str]:
 
 def inexact_names(layout: Layout) -> tuple[str, ...]:
     """The statistics of `layout` that `combine` cannot give exactly: custom statistics
-    (NaN) and the counts of histograms that sample or reject values.
+    (NaN), the counts of histograms that sample or reject values, and the NVFP4
+    statistics (each part was quantized with its own per-tensor scale).
 
     Example:
         >>> inexact_names(parse(["rms", ("median", torch.median)]).layout)
         ('median',)
     """
     out: list[str] = []
+    for config in block_items(layout.spec):
+        out.extend(n + config.suffix for n in config.stats if n.startswith("nvfp4_"))
     for item in layout.spec:
         if isinstance(item, CustomName):
             out.append(item.name)

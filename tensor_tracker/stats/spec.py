@@ -11,21 +11,32 @@ from torch import Tensor
 
 from ..errors import ArgumentTypeError, ArgumentValueError
 from .builtin import BUILTINS, FORMAT_NAMES
+from .formats import BLOCK_FORMATS
 
 __all__ = [
+    "BLOCK_NAMES",
     "DEFAULT",
     "NAMES",
+    "Blocks",
     "CustomName",
     "Histogram",
     "Item",
     "Statistic",
+    "blocks",
     "histogram",
     "parse_items",
 ]
 
 _INF = math.inf
 
-NAMES: tuple[str, ...] = tuple(BUILTINS) + FORMAT_NAMES
+BLOCK_NAMES: tuple[str, ...] = (
+    *(f"{f}_{kind}" for f in BLOCK_FORMATS for kind in ("error", "underflow")),
+    "block_dynamic_range",
+)
+"""The block-format statistics: `<format>_error` and `<format>_underflow` for each format of
+`tensor_tracker.formats.BLOCK_FORMATS`, and `block_dynamic_range` (see `blocks`)."""
+
+NAMES: tuple[str, ...] = tuple(BUILTINS) + FORMAT_NAMES + BLOCK_NAMES
 """Every built-in statistic name, in a stable order."""
 
 DEFAULT: tuple[str, ...] = ("mean", "std", "rms", "abs_max", "min", "max", "numel")
@@ -216,6 +227,96 @@ def histogram(
 
 
 @dataclasses.dataclass(frozen=True)
+class Blocks:
+    """Block-format statistics over chosen blocks; make one with `blocks()`.
+
+    Attributes:
+        stats: names from `BLOCK_NAMES`.
+        dim: the dimension the blocks run along.
+        block_size: values per block; `None`: each format's own (32 for MX and
+            `block_dynamic_range`, 16 for NVFP4).
+        suffix: added to each name to make its column name.
+
+    Example:
+        >>> blocks("nvfp4_error", dim=0, suffix="_dim0").names
+        ('nvfp4_error_dim0',)
+    """
+
+    stats: tuple[str, ...]
+    dim: int = -1
+    block_size: int | None = None
+    suffix: str = ""
+
+    def __post_init__(self) -> None:
+        stats = self.stats
+        if isinstance(stats, str) or not isinstance(stats, (tuple, list)) or not stats:
+            raise ArgumentValueError(
+                f"blocks(*stats): name at least one of {', '.join(BLOCK_NAMES)}; got {stats!r}"
+            )
+        unknown = [n for n in stats if n not in BLOCK_NAMES]
+        if unknown:
+            raise ArgumentValueError(
+                f"blocks(*stats): {unknown} are not block-format statistics; "
+                f"use names from {', '.join(BLOCK_NAMES)}"
+            )
+        if len(set(stats)) != len(stats):
+            raise ArgumentValueError(f"blocks(*stats): names repeated in {list(stats)}")
+        object.__setattr__(self, "stats", tuple(stats))
+        if not isinstance(self.dim, int) or isinstance(self.dim, bool):
+            raise ArgumentTypeError(f"blocks(dim=...) must be an int, got {self.dim!r}")
+        size = self.block_size
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+            raise ArgumentValueError(
+                f"blocks(block_size=...) must be a positive int or None, got {size!r}"
+            )
+        if not isinstance(self.suffix, str):
+            raise ArgumentTypeError(f"blocks(suffix=...) must be a str, got {self.suffix!r}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The column names: each of `stats` followed by `suffix`."""
+        return tuple(n + self.suffix for n in self.stats)
+
+
+def blocks(*stats: str, dim: int = -1, block_size: int | None = None, suffix: str = "") -> Blocks:
+    """Block-format statistics with blocks along another dimension, or of another size.
+
+    The names of `BLOCK_NAMES` in a stats spec (`stats=["mxfp8_e4m3_error"]`) cut each
+    tensor into blocks along its last dimension, of the format's own size (32 values for
+    the MX formats and `block_dynamic_range`, 16 for NVFP4). That is how the input of a
+    matmul `x @ W.T` is blocked (along the reduced dimension, `in_features`); the weight is
+    blocked along its own last dimension too, and its gradient along dimension 0 in the
+    backward matmul. Use `blocks` to choose: `blocks("mxfp8_e4m3_error", dim=0)`.
+
+    Rows of the chosen dimension whose length is not a multiple of the block size end with
+    a shorter block: it is padded with zeros, which changes neither its maximum nor any
+    count or sum (zeros quantize to zero exactly). A tensor that has no dimension `dim`
+    (a 1-D bias with `dim=1`) gets NaN; a 0-d tensor is one block of one value.
+
+    Args:
+        *stats: names from `BLOCK_NAMES`, e.g. `"nvfp4_error"`, `"block_dynamic_range"`.
+        dim: the dimension the blocks run along (negative counts from the end).
+        block_size: values per block for every statistic named here; `None` (default):
+            each format's own size.
+        suffix: added to each name to make the column names, so that the same statistic
+            can be recorded for several blockings, e.g. `suffix="_dim0"`.
+
+    Returns:
+        A `Blocks` to put in a stats spec.
+
+    Raises:
+        ValueError: an unknown or repeated name, or a block size below 1.
+        TypeError: `dim` not an int or `suffix` not a str.
+
+    Example:
+        >>> fn = parse(["mxfp8_e4m3_error", blocks("mxfp8_e4m3_error", dim=0, suffix="_dim0")])
+        >>> fn.names
+        ('mxfp8_e4m3_error', 'mxfp8_e4m3_error_dim0')
+    """
+    return Blocks(stats, dim, block_size, suffix)
+
+
+@dataclasses.dataclass(frozen=True)
 class CustomName:
     """A custom statistic in a pickled layout: its name (its function is not needed to read
     what it computed, and may not be picklable)."""
@@ -224,7 +325,12 @@ class CustomName:
 
 
 Item: TypeAlias = (
-    str | Callable[[Tensor], Any] | tuple[str, Callable[[Tensor], Any]] | Statistic | Histogram
+    str
+    | Callable[[Tensor], Any]
+    | tuple[str, Callable[[Tensor], Any]]
+    | Statistic
+    | Histogram
+    | Blocks
 )
 
 
@@ -236,7 +342,7 @@ def _bad_name_message(name: object, extra: str = "") -> str:
     )
 
 
-def parse_items(spec: object) -> list[str | Statistic | Histogram]:
+def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks]:
     """The items of a stats spec (see `parse`): names, `Statistic`s and `Histogram`s."""
     if spec is None or spec is False:
         raise ArgumentTypeError(
@@ -245,7 +351,7 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram]:
         )
     if spec is True:
         return list(DEFAULT)
-    if isinstance(spec, (str, Histogram, Statistic)):
+    if isinstance(spec, (str, Histogram, Statistic, Blocks)):
         spec = [spec]
     if isinstance(spec, Mapping):
         return [Statistic(name, fn) for name, fn in spec.items()]
@@ -257,13 +363,13 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram]:
     hint = ""
     if len(spec) == 2 and isinstance(spec[0], str) and spec[0] not in NAMES and callable(spec[1]):
         hint = f" To pass one custom statistic, wrap the pair in a list: stats=[({spec[0]!r}, fn)]."
-    items: list[str | Statistic | Histogram] = []
+    items: list[str | Statistic | Histogram | Blocks] = []
     for item in spec:
         if isinstance(item, str):
             if item not in NAMES:
                 raise ArgumentValueError(_bad_name_message(item, hint))
             items.append(item)
-        elif isinstance(item, (Statistic, Histogram)):
+        elif isinstance(item, (Statistic, Histogram, Blocks)):
             items.append(item)
         elif isinstance(item, tuple):
             if len(item) != 2 or not isinstance(item[0], str) or not callable(item[1]):

@@ -12,6 +12,7 @@ from .. import plot
 from ..data.frame import to_frame
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..persist.recording import read_recording
+from ..persist.recording_codec import JOURNAL
 from ._base import Panel, ipywidgets_module, make_viewer
 
 if TYPE_CHECKING:
@@ -85,8 +86,8 @@ def live_view(
         return plot.scale_plot(records, stat=stat)
 
     def refresh() -> bool:
-        files = [path / "records.arrows", path / "log.arrows"]
-        size = sum(f.stat().st_size for f in files if f.exists())
+        journal = path / JOURNAL  # grows by one line per committed step
+        size = journal.stat().st_size if journal.exists() else -1
         if size == state["size"]:
             return False
         state["size"] = size

@@ -67,6 +67,7 @@ def test_dead_fraction_by_hand() -> None:
     assert dead_fraction(torch.zeros(3)).item() == 1.0
 
 
+@pytest.mark.slow
 def test_a_healthy_model_has_no_finding() -> None:
     losses = [1.0 - 0.01 * i for i in range(30)]
     diagnosis = diagnose(_train(_healthy(), steps=5), loss=losses)
@@ -383,6 +384,7 @@ def test_renderings_and_the_frame() -> None:
     ("options", "error", "match"),
     [
         ({"formats": ["fp4"]}, ValueError, "formats="),
+        ({"block_error": 0.0}, ValueError, "block_error="),
         ({"vanishing": 2.0}, ValueError, "vanishing="),
         ({"dead": "half"}, TypeError, "dead="),
         ({"update_size": (1.0, 0.1)}, ValueError, "update_size="),
@@ -400,3 +402,83 @@ def test_an_empty_recording() -> None:
     with track(_healthy(), stats=True) as t:
         pass
     assert diagnose(t).checked == {"all": "skipped: nothing was recorded"}
+
+
+def _outlier_model() -> nn.Sequential:
+    # The first layer's output channel 5 is 300x the others from step 1 on: every block of
+    # 32 holding it is scaled for it, and the small values beside it lose their bits.
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+
+
+def _with_outlier(model: nn.Sequential, steps: int, **options: Any) -> Tracker:
+    torch.manual_seed(1)
+    with track(model, **options) as t:
+        for step in range(steps):
+            if step == 1:
+                with torch.no_grad():
+                    model[0].weight[5] *= 300
+                    model[0].bias[5] = 300.0
+            model(torch.randn(64, 32)).square().mean().backward()
+            model.zero_grad()
+            t.step()
+    return t
+
+
+BLOCK_STATS = ["rms", "mxfp4_e2m1_error", "mxfp4_e2m1_underflow", "mxfp8_e4m3_underflow"]
+
+
+@pytest.mark.parametrize("source", ["stats", "copies"])
+def test_block_format_underflow_names_the_modules_and_their_worst_steps(source: str) -> None:
+    options: dict[str, Any] = {"stats": BLOCK_STATS} if source == "stats" else {}
+    t = _with_outlier(_outlier_model(), steps=3, **options)
+    diagnosis = diagnose(t, formats=["mxfp4_e2m1", "mxfp8_e4m3"])
+    values = [
+        f for f in diagnosis if f.check == "mxfp4_e2m1_underflow" and "values" in f.explanation
+    ]
+    assert len(values) == 1
+    finding = values[0]
+    # Linear 0's output and the ReLU after it hold the outlier channel; step 0 does not.
+    assert set(finding.modules) == {"0", "1"}
+    assert finding.steps == (1, 2)
+    assert finding.evidence["worst steps"] in ("1, 2", "2, 1")
+    name = "mxfp4_e2m1_underflow"
+    frame = t.to_frame(stat=name, stat_name=name) if source == "copies" else t.to_frame()
+    outputs = frame[(frame["kind"] == "output") & ~frame["grad"]]
+    worst = outputs[outputs["name"] == finding.modules[0]][name].max()
+    assert finding.evidence["underflow fraction (worst)"] == pytest.approx(worst)
+    assert worst > 0.4
+    # The same blocks lose nothing in MXFP8, and the outlier hardly moves the error
+    # (the largest values dominate it).
+    assert "mxfp8_e4m3_underflow" not in _checks(diagnosis)
+    assert "mxfp4_e2m1_error" not in _checks(diagnosis)
+
+
+def test_block_format_error_of_values_saturating_under_the_block_scale() -> None:
+    # tanh outputs crowd near ±0.99: the MX scale 2**(floor(log2 0.99) - 8) maps them to
+    # ~507, past E4M3's 448, so they saturate: ~10% error, over 3x E4M3's floor.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 1))
+    with torch.no_grad():
+        model[0].weight.mul_(5.0)  # most outputs in 0.9-0.9999; 20x would make them 1.0
+    stats = ["rms", "mxfp8_e4m3_error", "mxfp8_e4m3_underflow"]
+    t = _train(model, steps=2, lr=0.0, stats=stats)
+    found = [f for f in diagnose(t, formats=["mxfp8_e4m3"]) if f.check == "mxfp8_e4m3_error"]
+    assert [f.modules for f in found if "values" in f.explanation] == [("1",)]
+    finding = found[0]
+    assert finding.evidence["error (worst)"] > 3 * 0.0293
+    assert finding.evidence["threshold"] == pytest.approx(2 * 0.0293)
+    assert finding.steps == (0, 1)
+
+
+def test_block_format_thresholds() -> None:
+    t = _with_outlier(_outlier_model(), steps=1, stats=BLOCK_STATS)  # no outlier yet
+    assert not [c for c in _checks(diagnose(t, formats=["mxfp4_e2m1"])) if "mxfp4" in c]
+    t = _with_outlier(_outlier_model(), steps=2, stats=BLOCK_STATS)
+    assert "mxfp4_e2m1_underflow" in _checks(diagnose(t, formats=["mxfp4_e2m1"]))
+    found = _checks(diagnose(t, formats=["mxfp4_e2m1"], block_error=1e6, underflow=1.0))
+    assert not [c for c in found if "mxfp4" in c]
+    # block statistics not recorded: said so, nothing invented
+    t = _train(_healthy(), steps=1, stats=True)
+    diagnosis = diagnose(t, formats=["nvfp4"])
+    assert "skipped" in diagnosis.checked["formats"]

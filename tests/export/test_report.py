@@ -60,6 +60,7 @@ def _wait(browser: Any, script: str, timeout: float = 20.0) -> Any:  # noqa: F81
     raise AssertionError(f"timed out waiting for: {script}")
 
 
+@pytest.mark.slow
 def test_the_report_shows_what_was_recorded(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -171,6 +172,7 @@ def highlighted(browser: Any) -> dict[str, set[str]]:  # noqa: F811
     }
 
 
+@pytest.mark.slow
 def test_the_module_graph_expands_and_highlights(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -206,6 +208,7 @@ def test_the_module_graph_expands_and_highlights(tmp_path: Path, browser: Any) -
     browser.save_screenshot(str(tmp_path / "graph.png"))
 
 
+@pytest.mark.slow
 def test_a_level_of_500_calls_opens_as_groups(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -245,6 +248,7 @@ class _Attention(nn.Module):
         return self.mlp_projection(self.attention.query_key_value(x))
 
 
+@pytest.mark.slow
 def test_the_scale_chart_names_every_module_in_full_view(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     """Module names under the scale chart lie inside the chart, and different modules read
     differently: long names are shortened by whole components, never the block index.
@@ -286,3 +290,61 @@ def test_the_scale_chart_names_every_module_in_full_view(tmp_path: Path, browser
     folder.mkdir(parents=True, exist_ok=True)
     browser.find_element(By.ID, "scale-svg").screenshot(str(folder / "scale_names.png"))
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (390, 844)], ids=["desktop", "phone"])
+def test_the_statistic_picker_holds_block_formats(
+    tmp_path: Path,
+    browser: Any,  # noqa: F811
+    size: tuple[int, int],
+) -> None:
+    """Issue #30: recorded block-format statistics are in the picker; under an error the
+    chart draws the format's floor instead of the range limits."""
+    from selenium.webdriver.common.by import By
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
+    names = ["rms", "nvfp4_error", "nvfp4_underflow", "mxfp8_e4m3_error"]
+    with track(model, stats=names) as t:
+        model(torch.randn(8, 64)).sum().backward()
+    page = tensor_tracker.report(t, tmp_path / "blocks.html")
+    browser.set_window_size(*size)
+    try:
+        browser.get(page.as_uri())
+        _wait(browser, "return document.body.dataset.ready === 'true'")
+        options = [
+            o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR, "#stat option")
+        ]
+        assert options == ["rms", "mxfp8_e4m3_error", "nvfp4_error", "nvfp4_underflow"]
+
+        def pick(stat: str) -> None:
+            browser.execute_script(
+                "const s = document.getElementById('stat'); s.value = arguments[0];"
+                "s.dispatchEvent(new Event('change'));",
+                stat,
+            )
+
+        pick("nvfp4_error")
+        floors = browser.find_elements(By.CSS_SELECTOR, "#scale-svg line.floor")
+        assert len(floors) == 2
+        texts = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#scale-svg text")]
+        assert "NVFP4 error of Gaussian data" in texts
+        assert not [x for x in texts if x.endswith(" max")]  # no range limits
+        assert not browser.find_element(By.ID, "scale-legend").is_displayed()
+        browser.execute_script("document.querySelector('#modules li[data-name=\"1\"]').click()")
+        frame = t.to_frame()
+        want = frame[(frame["name"] == "1") & ~frame["grad"]]["nvfp4_error"].item()
+        cell = browser.find_element(
+            By.CSS_SELECTOR, 'tr[data-series="output/value"] td[data-stat="nvfp4_error"]'
+        )
+        assert cell.text == _fmt(float(torch.tensor(want, dtype=torch.float32)))
+        browser.find_element(By.ID, "scale-svg").screenshot(str(tmp_path / "floor.png"))
+        folder = Path(os.environ.get("TT_SCREENSHOTS", tmp_path))
+        folder.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(folder / f"report_block_formats_{size[0]}.png"))
+        pick("rms")
+        assert not browser.find_elements(By.CSS_SELECTOR, "#scale-svg line.floor")
+        assert browser.find_element(By.ID, "scale-legend").is_displayed()  # the range formats
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        browser.set_window_size(1280, 900)

@@ -1,0 +1,300 @@
+"""What keeps a recording on disk whole and a hostile one harmless (used by
+`tensor_tracker.persist.recording`, whose docstring describes the format):
+
+- `WriterLock`: the directory claimed by one writer with `fcntl.flock` on ``writer.lock``
+  (atomic; the kernel releases it when the writer's process ends, however it ends;
+  `msvcrt.locking` on Windows, untested there), and `writer_alive`, what a reader asks.
+- `AppendFile`: a file the writer appends blocks to, remembering its committed length so
+  an interrupted or failed step is cut off again (`rollback`).
+- `commit_line` / `read_commits`: the journal, one line per committed step, each with its
+  own CRC32.
+- `pack` / `unpack`: a block compressed with zstd only when it does not expand more than
+  `MAX_RATIO` times, so a reader bounds memory by the file's size before it decompresses.
+- `read_inside`: a file named by a recording read only when it is a regular file inside the
+  recording's directory, of a size known before it is read.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+from .._optional import require
+from ..errors import ArgumentValueError, RecordingError
+
+__all__ = [
+    "LOCK",
+    "MAX_RATIO",
+    "SLACK",
+    "AppendFile",
+    "WriterLock",
+    "checksum",
+    "commit_line",
+    "load_json",
+    "pack",
+    "read_commits",
+    "read_inside",
+    "unpack",
+    "writer_alive",
+]
+
+LOCK = "writer.lock"
+MAX_RATIO = 64
+"""A zstd block holds at most `MAX_RATIO` times its stored size (plus `SLACK`); the writer
+stores a block that would compress better uncompressed."""
+SLACK = 1 << 16
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_OPEN_READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _NOFOLLOW
+
+
+def _try_lock(fd: int, exclusive: bool) -> bool:
+    """Lock the open file `fd` without waiting; whether it was free. The kernel drops the
+    lock when the process ends, however it ends."""
+    if sys.platform == "win32":  # no flock: a lock on the first byte (msvcrt)
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _unlock(fd: int) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def checksum(data: bytes | memoryview) -> int:
+    """CRC32 of `data` (`zlib.crc32`), what every block, tensors file, journal line and
+    the metadata carry."""
+    return zlib.crc32(data)
+
+
+class WriterLock:
+    """Claims the directory `path` (created if missing) for one writer: an exclusive
+    `fcntl.flock` on ``path/writer.lock``, held until `release` or the process ends.
+
+    Raises:
+        ArgumentValueError: another writer (this process or another) holds it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._fd: int | None = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
+        except OSError as error:
+            raise ArgumentValueError(f"{path}: cannot create {LOCK} ({error})") from error
+        if not _try_lock(self._fd, exclusive=True):
+            os.close(self._fd)
+            self._fd = None
+            raise ArgumentValueError(
+                f"{path} is being written by another writer right now ({LOCK} is locked); "
+                "choose a new directory"
+            )
+
+    def release(self) -> None:
+        """Let the directory go (idempotent)."""
+        if self._fd is not None:
+            _unlock(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+
+def writer_alive(path: Path) -> bool:
+    """Whether a writer holds `path`'s lock now (no pid is trusted: only the lock)."""
+    try:
+        fd = os.open(path / LOCK, _OPEN_READ)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        if not _try_lock(fd, exclusive=False):
+            return True
+        _unlock(fd)
+        return False
+    finally:
+        os.close(fd)
+
+
+class AppendFile:
+    """A file (created empty) the writer appends to; `committed` is its length at the last
+    commit, `rollback` cuts it back there."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644
+        )
+        self.committed = 0
+
+    def append(self, data: bytes | memoryview) -> None:
+        """Write all of `data` at the end."""
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def size(self) -> int:
+        """The length on disk now."""
+        assert self._fd is not None
+        return os.fstat(self._fd).st_size
+
+    def commit(self) -> None:
+        """What is on disk now is committed."""
+        self.committed = self.size()
+
+    def rollback(self) -> None:
+        """Cut off what was appended since the last commit."""
+        if self._fd is not None and self.size() != self.committed:
+            os.ftruncate(self._fd, self.committed)
+            os.lseek(self._fd, self.committed, os.SEEK_SET)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def commit_line(record: dict[str, Any]) -> bytes:
+    """One journal line: CRC32 of the JSON as 8 hex digits, a space, the JSON, a newline."""
+    body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    return b"%08x " % checksum(body) + body + b"\n"
+
+
+def read_commits(data: bytes, where: Path) -> tuple[list[dict[str, Any]], str | None, bool]:
+    """The journal's whole, checked lines in order; then why reading stopped before the end
+    (`None`: it did not) and whether that is only a last line without its newline (a writer
+    stopped while appending it)."""
+    commits: list[dict[str, Any]] = []
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines):
+        last = number == len(lines) - 1
+        if last and not line:
+            return commits, None, False
+        if last:
+            return commits, f"{where}: line {number + 1} is cut short", True
+        problem = _bad_line(line)
+        if problem is None:
+            record = load_json(line[9:], where)
+            if isinstance(record, dict):
+                commits.append(record)
+                continue
+            problem = "is not a JSON object"
+        return commits, f"{where}: line {number + 1} {problem}", False
+    return commits, None, False  # not reached: split() gives at least one item
+
+
+def _bad_line(line: bytes) -> str | None:
+    if len(line) < 10 or line[8:9] != b" ":
+        return "is not a journal line"
+    try:
+        expected = int(line[:8], 16)
+    except ValueError:
+        return "has no checksum"
+    return None if checksum(line[9:]) == expected else "fails its checksum (corrupted)"
+
+
+def load_json(data: bytes, where: Path) -> Any:
+    """Parse JSON bytes, any failure (encoding, syntax, nesting) as `RecordingError`."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise RecordingError(f"{where}: not valid JSON ({error})") from error
+
+
+def pack(raw: bytes | memoryview) -> tuple[bytes | memoryview, bool]:
+    """`raw` as stored: zstd-compressed (`True`) when that is smaller and within
+    `MAX_RATIO`, else as it is (`False`)."""
+    pa = require("pyarrow", "save")
+    packed: bytes = pa.compress(raw, codec="zstd", asbytes=True)
+    if len(packed) < len(raw) <= MAX_RATIO * len(packed) + SLACK:
+        return packed, True
+    return raw, False
+
+
+def unpack(stored: bytes, zstd: bool, size: int, where: str) -> bytes:
+    """A block's bytes from what was stored; `size` is its declared length, checked against
+    `MAX_RATIO` before anything is allocated."""
+    if not zstd:
+        if size != len(stored):
+            raise RecordingError(f"{where}: declared {size} bytes, holds {len(stored)}")
+        return stored
+    if size > MAX_RATIO * len(stored) + SLACK:
+        raise RecordingError(
+            f"{where}: declares {size} bytes from {len(stored)} compressed, more than a "
+            "recording writes (refused before decompressing)"
+        )
+    pa = require("pyarrow", "save")
+    try:
+        data: bytes = pa.decompress(stored, decompressed_size=size, codec="zstd", asbytes=True)
+    except (OSError, ValueError) as error:
+        raise RecordingError(f"{where}: cannot be decompressed ({error})") from error
+    return data
+
+
+def read_inside(root: Path, name: str, limit: int | None = None) -> bytes | None:
+    """The bytes of the file `name` (a relative path) of the recording `root`; `None` when
+    it does not exist.
+
+    Raises:
+        RecordingError: `name` is absolute, has `..`, leads outside `root` through a
+            symbolic link, is a link itself, is not a regular file (a FIFO, a device: never
+            opened for reading in a way that could block), or is larger than `limit`.
+    """
+    parts = Path(name).parts
+    if not name or Path(name).is_absolute() or any(p in ("..", ".", "") for p in parts):
+        raise RecordingError(f"{root}: the recording names the path {name!r}, outside it")
+    path = root / name
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError) as error:
+        raise RecordingError(f"{path}: cannot be resolved ({error})") from error
+    if not inside:
+        raise RecordingError(f"{path} leads outside the recording (a symbolic link?)")
+    try:
+        fd = os.open(path, _OPEN_READ)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        what = "is a symbolic link" if error.errno == errno.ELOOP else f"cannot be opened ({error})"
+        raise RecordingError(f"{path} {what}; a recording holds regular files only") from error
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordingError(f"{path} is not a regular file; a recording holds only those")
+        if limit is not None and info.st_size > limit:
+            raise RecordingError(f"{path} holds {info.st_size} bytes, more than {limit}")
+        chunks = []
+        left = info.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as error:
+        raise RecordingError(f"{path} cannot be read ({error})") from error
+    finally:
+        os.close(fd)
