@@ -301,7 +301,7 @@ class StatsFn:
     def batch_core(self) -> Core | None:
         """The `Core` that `StatsStore.put_many` reduces stacked tensors with (row by row,
         see `batch`), or None when these statistics are computed one tensor at a time
-        (custom statistics, histograms, format fractions, `compile=True`)."""
+        (custom statistics, histograms, format fractions, block statistics, `compile=True`)."""
         return self._core if self._simple and self._compiled is None else None
 
     @property
