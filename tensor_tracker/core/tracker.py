@@ -8,7 +8,6 @@ the memory budget in `budget`; the options, checked once, in `options`."""
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import math
 import sys
@@ -22,7 +21,7 @@ from torch import Tensor, nn
 
 from .._torch_compat import compiled_callable, dynamo_has_compiled_code
 from .._validate import check_bool, check_count, check_int, check_type
-from ..errors import ArgumentValueError, MemoryBudgetError, NotRecordedError, TrackerStateError
+from ..errors import ArgumentValueError, NotRecordedError, TrackerStateError
 from .budget import held_nbytes
 from .columns import Site
 from .compiled import CompiledHooks, traceable_params
@@ -351,7 +350,6 @@ class Recorder(CompiledHooks):
 
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
-        self._pending.clear()
         self.stashes.clear()
         if self._budget is not None:
             self._budget.clear()
@@ -384,7 +382,6 @@ class Recorder(CompiledHooks):
         if not kind:
             raise ArgumentValueError('step(kind=...) must be a non-empty str, got ""')
         check_bool(keep, "step(keep=...)")
-        self._record_pending()
         self._check_nonfinite()  # forward-only loops have no end of backward
         if not keep:
             self._drop_step()
@@ -434,9 +431,7 @@ class Recorder(CompiledHooks):
 
     def _attach(self, reg: Registration) -> None:
         if self._optimizer is not None and not self._attached:
-            optimizer = self._optimizer
-            self._handles.append(optimizer.register_step_pre_hook(self._optimizer_pre_hook))
-            self._handles.append(optimizer.register_step_post_hook(self._optimizer_hook))
+            self._handles.append(self._optimizer.register_step_post_hook(self._optimizer_hook))
         if not self._attached:
             _ACTIVE.append(self)
         self._attached = True
@@ -488,10 +483,6 @@ class Recorder(CompiledHooks):
                     )
 
     def _detach(self) -> None:
-        # A MemoryBudgetError here is raised already by the record that went over the
-        # budget, which is what detaches.
-        with contextlib.suppress(MemoryBudgetError):
-            self._record_pending()
         for handle in self._handles:
             handle.remove()
         for handle in self._grad_handles:
@@ -510,7 +501,6 @@ class Recorder(CompiledHooks):
     # -- reading ---------------------------------------------------------------------
 
     def _sync(self) -> None:
-        self._record_pending()
         if self._pending_copies:
             torch.cuda.synchronize()
             self._pending_copies = False

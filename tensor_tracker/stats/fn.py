@@ -299,13 +299,6 @@ class StatsFn:
         return (tensors[0] if len(tensors) == 1 else torch.cat(tensors)), numel
 
     @property
-    def batch_core(self) -> Core | None:
-        """The `Core` that `StatsStore.put_many` reduces stacked tensors with (row by row,
-        see `batch`), or None when these statistics are computed one tensor at a time
-        (custom statistics, histograms, format fractions, block statistics, `compile=True`)."""
-        return self._core if self._simple and self._compiled is None else None
-
-    @property
     def traceable(self) -> bool:
         """Whether `graph_raw` can compute these statistics (the built-in ones without
         range counts: no custom statistic, histogram or format fraction)."""
