@@ -108,7 +108,8 @@ def format_fractions(recording: Any, formats: tuple[str, ...] | None = None) -> 
         for key in keys:
             _add_format(out, key, counts, extra["above"], total, under)
     out["nonfinite"] = extra["nonfinite"]
-    return pd.DataFrame(out, index=frame.index)
+    result: pandas.DataFrame = pd.DataFrame(out, index=frame.index)
+    return result
 
 
 def _add_format(

@@ -37,7 +37,7 @@ def test_derived_fractions_match_recorded_statistics(dtype: torch.dtype) -> None
     frame = t.to_frame()
     got = format_fractions(frame)
     row = frame.index[0]
-    for key, f in FORMATS.items():
+    for key in FORMATS:
         # Exact where the limit is a power of two (all but bf16's underflow, below float32).
         assert got.loc[row, f"{key}_subnormal"] == frame.loc[row, f"{key}_subnormal"]
         if key != "bf16":
@@ -80,7 +80,7 @@ def test_every_record_gets_fractions_and_no_histogram_is_an_error() -> None:
     assert got.notna().all().all()
     with tensor_tracker.track(m, stats=True) as plain:
         m(torch.randn(2, 3))
-    with pytest.raises(ArgumentValueError, match='stats=.*"exp_hist"'):
+    with pytest.raises(ArgumentValueError, match=r'stats=.*"exp_hist"'):
         format_fractions(plain)
     with pytest.raises(ArgumentValueError, match="fp4"):
         format_fractions(t, formats=("fp4",))
