@@ -30,6 +30,7 @@ __all__ = [
     "default_stat",
     "empty_viewer",
     "error_html",
+    "histogram_name",
     "ipywidgets_module",
     "make_viewer",
     "module_options",
@@ -220,6 +221,17 @@ def stat_options(stashes: Sequence[Stash]) -> list[str]:
     if has_tensors:
         options += [n for n in NAMES if n not in recorded]
     return options
+
+
+def histogram_name(stashes: Sequence[Stash]) -> str:
+    """The recorded histogram a viewer shows: `"hist"` (what `histogram()` records) when
+    there is one, else the first one recorded (e.g. `"exp_hist"`), else `"hist"`."""
+    found: dict[str, None] = {}
+    for s in stashes:
+        value = shown_value(s)
+        if isinstance(value, Stats):
+            found.update(dict.fromkeys(value.layout.histograms))
+    return "hist" if "hist" in found or not found else next(iter(found))
 
 
 def default_stat(options: Sequence[str]) -> str | None:
