@@ -8,7 +8,7 @@ from torch import Tensor
 
 from .. import plot
 from .._optional import require
-from ..data.depth import depth_layout, leaf_names
+from ..data.depth import Depth, depth_layout, leaf_names
 from ..data.history import statistics_frame
 from ..data.select import (
     first_stashes,
@@ -18,7 +18,7 @@ from ..data.select import (
     shown_value,
 )
 from ..errors import ArgumentValueError
-from ..plot._figure import fixed_margins
+from ..plot._figure import DEFAULT_FORMATS, fixed_margins
 from ..stats import Stats
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ _LEARNED = ("Linear", "Conv", "Embedding")
 """Module types whose outputs differ from block to block (a norm's outputs look alike)."""
 
 
-def _informative_role(depth: Any, types: dict[str, str]) -> str | None:
+def _informative_role(depth: Depth, types: dict[str, str]) -> str | None:
     """For a model of repeated blocks, the role to open on: the first whose modules are
     learned projections (a Linear, a convolution), else the first role with a module in
     two blocks or more; None without blocks."""
@@ -63,7 +63,8 @@ def _informative_role(depth: Any, types: dict[str, str]) -> str | None:
             members.setdefault(role, []).append(name)
     repeated = [r for r in depth.roles if len(members.get(r, ())) >= 2]
     learned = [r for r in repeated if any(k in types.get(members[r][0], "") for k in _LEARNED)]
-    return (learned or repeated or [None])[0]
+    chosen = learned or repeated
+    return chosen[0] if chosen else None
 
 
 def history_viewer(tracker: Any) -> ipywidgets.VBox:
@@ -194,8 +195,10 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         else:
             chosen = tracker
         with fixed_margins():
-            limits = {} if c["limits"].value else {"formats": ()}
-            return plot.history(chosen, stat=stat, names=modules, grad=c["grad"].value, **limits)
+            formats = DEFAULT_FORMATS if c["limits"].value else ()
+            return plot.history(
+                chosen, stat=stat, names=modules, grad=c["grad"].value, formats=formats
+            )
 
     def search() -> None:
         shown = match_names(names, c["search"].value)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import plot
 from ..data.select import first_stashes, recorded_steps
-from ..plot._figure import fixed_margins
+from ..plot._figure import DEFAULT_FORMATS, fixed_margins
 
 if TYPE_CHECKING:
     import ipywidgets
@@ -79,9 +79,12 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
 
     def draw() -> Figure:
         with fixed_margins():  # constrained layout would take most of a redraw's time
-            limits = {} if c["limits"].value else {"formats": ()}
             return plot.scale_plot(
-                tracker, stat=c["stat"].value, kind=c["kind"].value, step=c["step"].value, **limits
+                tracker,
+                stat=c["stat"].value,
+                kind=c["kind"].value,
+                step=c["step"].value,
+                formats=DEFAULT_FORMATS if c["limits"].value else (),
             )
 
     def redraw() -> None:
