@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from torch import nn
 __all__ = [
     "compiled_callable",
     "dynamo_has_compiled_code",
+    "eager_calls",
     "forget_compiled_code",
     "gradient_node",
     "graph_task_id",
@@ -164,6 +165,34 @@ def forget_compiled_code(
             if code in resumes:  # the functions that resume this code after a graph break
                 todo += list(resumes[code].values())
     return True
+
+
+@contextlib.contextmanager
+def eager_calls() -> Iterator[None]:
+    """While it lasts, what `torch.compile` compiled (a compiled model, `module.compile()`,
+    compiled functions inside a model) runs eagerly, as the Python it was compiled from;
+    the compiled code is kept for later calls. Nothing is imported when nothing was ever
+    compiled in this process.
+
+    Example:
+        >>> compiled = torch.compile(model)
+        >>> with eager_calls():
+        ...     compiled(x).shape  # runs model's forward as Python, compiling nothing
+        torch.Size([8, 4])
+    """
+    if "torch._dynamo" not in sys.modules:  # nothing was compiled
+        yield
+        return
+    set_stance = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
+    if set_stance is not None:
+        with set_stance("force_eager"):
+            yield
+        return
+    # Older torch: compiles nothing new (code compiled before may still run).
+    from torch._dynamo import config
+
+    with config.patch(disable=True):
+        yield
 
 
 def dynamo_has_compiled_code() -> bool:

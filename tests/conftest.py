@@ -1,4 +1,8 @@
-"""Trackers of a small transformer that several test modules read (never modify)."""
+"""Trackers of a small transformer that several test modules read (never modify).
+
+Under pytest-xdist (`./dev test` runs `-n auto --dist loadfile`) each worker builds these
+once; a file's tests stay on one worker, so that a module's fixture (a browser, a JupyterLab
+server, spawned ranks, a real-size model) is built once."""
 
 from __future__ import annotations
 

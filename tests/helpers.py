@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 import torch
+import torch.multiprocessing as mp
 from torch import nn
 
 from examples.tiny_transformer import TinyTransformer, copy_task_batch
@@ -53,3 +61,29 @@ def train(
 def stash(value: object, name: str = "x", grad: bool = False, **kw: object) -> Stash:
     """A stash of `value` as an `nn.Identity` module named `name` would record it."""
     return Stash(name, nn.Identity, grad, value, **kw)  # type: ignore[arg-type]
+
+
+def spawn(worker: Callable[[int, int, str], None], nprocs: int, out: Path, timeout: float) -> None:
+    """Run `worker(rank, port, str(out))` in `nprocs` spawned processes (`port`: a free
+    local TCP port for their process group). Fails the test when they have not finished
+    in `timeout` seconds (what is left is terminated) or when one raises, with the
+    tracebacks the workers wrote to `out/*.err`."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    context = mp.start_processes(
+        worker, args=(port, str(out)), nprocs=nprocs, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while not context.join(timeout=max(deadline - time.monotonic(), 0.1)):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the {nprocs}-process run did not finish in {timeout:.0f} s")
+    except mp.ProcessRaisedException as error:
+        errors = "\n".join(p.read_text() for p in sorted(out.glob("*.err")))
+        pytest.fail(f"a process failed:\n{errors or error}")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.terminate()

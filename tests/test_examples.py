@@ -8,6 +8,8 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
+pytestmark = pytest.mark.slow  # runs the example scripts
+
 
 def test_stream_run_trains_streams_and_reads_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -3,16 +3,20 @@
     python -m tools.notebooks strip doc/*.ipynb           # remove outputs, in place
     python -m tools.notebooks check doc/*.ipynb           # fail if any has outputs
     python -m tools.notebooks render --out DIR doc/*.ipynb  # execute, write HTML
+    python -m tools.notebooks render --out DIR --executed RUN doc/*.ipynb  # HTML of copies
 
 Committed notebooks carry no outputs, no execution counts and no volatile metadata (widget
 state, execution timestamps, the Python version), so that diffs show only what people wrote.
 `execute` runs a notebook top to bottom in a fresh `python3` kernel, as the tests and
-`./dev doc` do. nbformat, nbclient and nbconvert are imported only when needed.
+`./dev doc` do. CI executes each notebook once: the notebook test keeps what it executed in
+`$TT_EXECUTED_NOTEBOOKS` (`save_executed`) and `./dev ci` renders the pages from those copies
+(`render --executed`). nbformat, nbclient and nbconvert are imported only when needed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import sys
@@ -26,7 +30,18 @@ from tools import widget_scripts
 if TYPE_CHECKING:
     from nbformat import NotebookNode
 
-__all__ = ["NotebookError", "check", "execute", "main", "render", "strip", "strip_notebook"]
+__all__ = [
+    "EXECUTED_ENV",
+    "NotebookError",
+    "check",
+    "execute",
+    "load_executed",
+    "main",
+    "render",
+    "save_executed",
+    "strip",
+    "strip_notebook",
+]
 
 KERNEL_NAME = "python3"
 """The Jupyter kernel that executes the notebooks (`./dev setup` installs it into `.venv`)."""
@@ -45,6 +60,10 @@ KERNEL_ENV = {
     "PYDEVD_DISABLE_FILE_VALIDATION": "1",
 }
 """Environment variables set for the kernel on top of the current environment."""
+
+EXECUTED_ENV = "TT_EXECUTED_NOTEBOOKS"
+"""When set, the notebook test keeps each notebook it executed in this folder (see
+`save_executed`), for `render --executed` to turn into pages without executing it again."""
 
 VOLATILE_CELL_METADATA = ("execution", "ExecuteTime", "collapsed", "scrolled")
 """Cell metadata that records a run or the UI state rather than content."""
@@ -247,16 +266,73 @@ def execute(
     return notebook
 
 
+def _digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as error:
+        raise NotebookError(f"{path}: cannot read it: {error}") from error
+
+
+def save_executed(notebook: NotebookNode, source: str | Path, folder: str | Path) -> Path:
+    """Write `notebook`, executed from the file `source`, as `folder/<source's name>`, with
+    the digest of `source` in its metadata, for `load_executed` to check.
+
+    Returns:
+        The file written.
+    """
+    source, folder = Path(source), Path(folder)
+    notebook.metadata["tensor_tracker"] = {"source_sha256": _digest(source)}
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / source.name
+    target.write_text(_dumps(notebook), encoding="utf-8")
+    return target
+
+
+def load_executed(source: str | Path, folder: str | Path) -> NotebookNode:
+    """The copy of `source` that `save_executed` wrote in `folder`.
+
+    Raises:
+        NotebookError: there is no copy, or it was executed from another version of
+            `source` (the notebook changed since the tests ran it).
+    """
+    source, folder = Path(source), Path(folder)
+    copy = folder / source.name
+    if not copy.exists():
+        raise NotebookError(
+            f"{source}: no executed copy in {folder}; run tests/tools/test_notebooks.py with "
+            f"{EXECUTED_ENV}={folder} first (./dev ci does), or render without --executed"
+        )
+    _, notebook = _read(copy)
+    recorded = notebook.metadata.get("tensor_tracker", {}).get("source_sha256")
+    if recorded != _digest(source):
+        raise NotebookError(
+            f"{copy} was executed from another version of {source}; run the notebook test "
+            "again, or render without --executed"
+        )
+    return notebook
+
+
 def render(
-    paths: Sequence[str | Path], out: str | Path, timeout: int = CELL_TIMEOUT_S
+    paths: Sequence[str | Path],
+    out: str | Path,
+    timeout: int = CELL_TIMEOUT_S,
+    executed: str | Path | None = None,
 ) -> list[Path]:
     """Execute each notebook (see `execute`) and write it as `out/<name>.html`.
+
+    Args:
+        paths: the `.ipynb` files.
+        out: the folder for the pages.
+        timeout: seconds each cell may take.
+        executed: a folder where the tests kept the notebooks they executed (see
+            `save_executed`): the pages show those outputs and nothing is executed again.
 
     Returns:
         The HTML files written.
 
     Raises:
-        NotebookError: a notebook failed; notebooks before it are already written.
+        NotebookError: a notebook failed, or has no up-to-date executed copy; notebooks
+            before it are already written.
     """
     from nbconvert import HTMLExporter
 
@@ -274,12 +350,16 @@ def render(
     written = []
     for path in map(Path, paths):
         start = time.perf_counter()
-        notebook = execute(path, timeout)
-        elapsed = time.perf_counter() - start
+        if executed is None:
+            notebook = execute(path, timeout)
+            how = f"executed in {time.perf_counter() - start:.1f} s"
+        else:
+            notebook = load_executed(path, executed)
+            how = f"as executed by the tests ({Path(executed) / path.name})"
         html, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": path.stem}})
         target = out / f"{path.stem}.html"
         target.write_text(html, encoding="utf-8")
-        print(f"{path}: executed in {elapsed:.1f} s -> {target}", flush=True)
+        print(f"{path}: {how} -> {target}", flush=True)
         written.append(target)
     return written
 
@@ -305,6 +385,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     render_parser.add_argument(
         "--timeout", type=int, default=CELL_TIMEOUT_S, help="seconds per cell (default %(default)s)"
     )
+    render_parser.add_argument(
+        "--executed",
+        type=Path,
+        help=f"render the copies the notebook test kept in this folder (${EXECUTED_ENV}) "
+        "instead of executing the notebooks",
+    )
     render_parser.add_argument("notebooks", nargs="*", type=Path)
     args = parser.parse_args(argv)
 
@@ -326,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 return 1
         else:
-            render(args.notebooks, args.out, args.timeout)
+            render(args.notebooks, args.out, args.timeout, args.executed)
     except NotebookError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

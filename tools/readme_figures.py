@@ -1,5 +1,6 @@
 """The README's figures, drawn from a real run (`./dev doc` calls this; the PNGs are
-committed in doc/images/ so the README shows them anywhere).
+committed in doc/images/ so the README shows them anywhere). In CI (`--check`) they are drawn
+into a temporary folder and compared with the committed ones, which stay as they are.
 
 A small transformer learns a copy task for a few steps under `track`; the figures are the
 scale plot (stats of every layer against the number formats), a histogram of a layer's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,66 @@ from tensor_tracker import plot
 OUT = Path(__file__).resolve().parent.parent / "doc" / "images"
 DPI = 80
 
+CHANGED_LEVEL = 16 / 255
+"""A pixel counts as changed when a channel differs from the committed figure's by more."""
+
+MAX_CHANGED = 0.05
+"""`--check` fails when more than this fraction of a figure's pixels changed: the figure no
+longer shows what the README says (another library version moving a label by a pixel or
+UMAP's layout shifting slightly stays below)."""
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=OUT, help="folder for the PNGs")
-    out = parser.parse_args(argv).out
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="draw into a temporary folder and compare with the PNGs in --out (CI)",
+    )
+    args = parser.parse_args(argv)
+    if not args.check:
+        draw(args.out)
+        return 0
+    with tempfile.TemporaryDirectory() as folder:
+        drawn = draw(Path(folder))
+        problems = [p for name in drawn if (p := compare(Path(folder) / name, args.out / name))]
+    if problems:
+        print(
+            "README figures differ from the committed ones:\n  "
+            + "\n  ".join(problems)
+            + "\nIf the change is meant, run `./dev doc` (or python -m tools.readme_figures) "
+            "outside CI and commit doc/images/.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def compare(drawn: Path, committed: Path) -> str | None:
+    """Why `drawn` does not match the committed figure (None when it does), after printing
+    how much they differ."""
+    from matplotlib import image
+
+    if not committed.exists():
+        return f"{committed.name}: not committed in {committed.parent}"
+    new, old = image.imread(drawn), image.imread(committed)
+    if new.shape != old.shape:
+        return (
+            f"{committed.name}: {new.shape[1]}x{new.shape[0]} px drawn, "
+            f"{old.shape[1]}x{old.shape[0]} px committed"
+        )
+    if float(new[..., :3].std()) < 0.01:
+        return f"{committed.name}: the drawn figure is blank"
+    changed = float((abs(new - old) > CHANGED_LEVEL).any(axis=-1).mean())
+    print(f"{committed.name}: {new.shape[1]}x{new.shape[0]} px, {changed:.2%} of pixels changed")
+    if changed > MAX_CHANGED:
+        return f"{committed.name}: {changed:.1%} of its pixels changed (at most {MAX_CHANGED:.0%})"
+    return None
+
+
+def draw(out: Path) -> list[str]:
+    """Draw the figures as PNGs in `out`; returns their file names."""
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     torch.manual_seed(0)
@@ -68,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         figure.savefig(out / name, dpi=DPI)
         print(f"{out / name}: {(out / name).stat().st_size / 1024:.0f} KiB")
     print(f"README figures in {time.perf_counter() - start:.1f} s")
-    return 0
+    return list(figures)
 
 
 def at_scale() -> dict[str, Any]:

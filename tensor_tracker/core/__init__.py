@@ -11,6 +11,10 @@ above store in a stash.
 - `compiled`: the compiled-graph path: statistics computed inside a compiled model's
   graphs, delivered through `graph_sink`.
 - `budget`: `max_bytes=`, the bytes the records hold against a limit.
+- `naming`: the one naming of modules and parameters (aliases by their first name;
+  compile, DDP and FSDP wrappers left out), for `track()` and the one-pass probes.
+- `calls`: `CallHooks`, a hook at the start and end of every module call, named by
+  `naming`: what `summary`, `module_graph` and `autograd_graph` run a model once with.
 - `columns`: the records as arrays of integers (`Columns`), read as `Stash` objects, and
   the `ValueStore` protocol through which a stash value keeps its own values as columns.
 - `records`: `Event`, `Stash`, `Kind`, `Origin`, `LogEntry`, `Unrecorded`.

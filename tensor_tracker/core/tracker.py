@@ -9,7 +9,6 @@ the memory budget in `budget`; the options, checked once, in `options`."""
 from __future__ import annotations
 
 import math
-import re
 import sys
 import warnings
 import weakref
@@ -28,6 +27,7 @@ from .compiled import CompiledHooks, traceable_params
 from .dist import rank_info
 from .graph_sink import can_emit, close_sink, traces_gradients
 from .hooks import Registration
+from .naming import module_names
 from .options import CAPTURE, Options, Pattern, check_filters, compile_pattern
 from .records import Kind, LogEntry, Stash, StashFn
 
@@ -95,32 +95,6 @@ def stash(name: str, value: Any, role: str | None = None) -> Any:
     for tracker in list(_ACTIVE):
         tracker._stash_named(name, value, frame, kind)
     return value
-
-
-_COMPILED_PREFIX = re.compile(r"^_orig_mod\.?")
-
-
-def _is_compiled(module: nn.Module) -> bool:
-    return type(module).__name__ == "OptimizedModule" and isinstance(
-        getattr(module, "_orig_mod", None), nn.Module
-    )
-
-
-def _is_ddp(module: nn.Module) -> bool:
-    return type(module).__name__ == "DistributedDataParallel" and isinstance(
-        getattr(module, "module", None), nn.Module
-    )
-
-
-def _unwrapped_name(name: str, wrappers: list[str]) -> str:
-    """`name` without the `module.` that the DDP wrappers named in `wrappers` add."""
-    for wrapper in wrappers:
-        inner = f"{wrapper}.module" if wrapper else "module"
-        if name == inner:
-            return wrapper
-        if name.startswith(inner + "."):
-            return (f"{wrapper}." if wrapper else "") + name[len(inner) + 1 :]
-    return name
 
 
 class Recorder(CompiledHooks):
@@ -267,27 +241,26 @@ class Recorder(CompiledHooks):
     ) -> None:
         """`register` every module of `module.named_modules()` whose name matches `include`
         (or `include` is None) and does not match `exclude` (both searched with `re.search`).
-        The root's name is `""`; children have dotted names like `"0.linear"`.
+        The root's name is `""`; children have dotted names like `"0.linear"`. A module
+        held under two names is registered once, under the first; wrappers (torch.compile,
+        DDP, FSDP, activation checkpointing) are not registered, the module they wrap is,
+        under the wrapper's name: the names of the plain model (see `naming`).
 
         Example:
             >>> tracker.register_all(model, include=r"layers\\.\\d+$", exclude="dropout")
         """
         check_module(module)
         include_re, exclude_re = check_filters(grad, include, exclude)
-        wrappers: list[str] = []
-        for name, child in module.named_modules():
+        # Names as everywhere (`naming`): wrappers (compile, DDP, FSDP) left out, the
+        # module they wrap under their name; an aliased module once, by its first name.
+        names = {id(child): name for name, child in module_names(module)}
+        for child in module.modules():
             compiled = compiled_callable(child)
             if compiled is not None:
                 self._compiled.append(compiled)  # before registering: _attach looks at it
-            if _is_compiled(child):
-                continue  # its _orig_mod is registered instead, under the same name
-            # torch.compile wraps modules; they keep the names they have uncompiled.
-            name = _COMPILED_PREFIX.sub("", name.replace("._orig_mod", ""))
-            # So does DistributedDataParallel (its `.module` is registered under its name).
-            name = _unwrapped_name(name, wrappers)
-            if _is_ddp(child):
-                wrappers.append(name)
-                continue
+            name = names.get(id(child))
+            if name is None:
+                continue  # a wrapper
             if include_re is not None and not include_re.search(name):
                 continue
             if exclude_re is not None and exclude_re.search(name):

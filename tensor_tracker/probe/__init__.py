@@ -1,6 +1,8 @@
 """Probes: run a model once with temporary hooks and describe that one pass.
 
-Every hook is removed when the pass ends, error or not. Builds on `tensor_tracker.data`
+The modules are hooked through `core.calls.CallHooks`, named as `track()` names them
+(`core.naming`), and a compiled model runs eagerly for the pass. Every hook is removed
+when the pass ends, error or not. Builds on `tensor_tracker.data`
 (type names, NaN/inf flags).
 
 - `summary`: `summary`, one forward (and backward) pass summarised per module call.

@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ..core.naming import parameter_names
 from ..core.structure import iter_tensors
 from ..errors import ArgumentValueError
 from .graph import ARROW_MARKER, GraphEdge, edge_svg, layered_layout, record_calls
@@ -222,7 +223,7 @@ def autograd_graph(
     """
     calls, output = record_calls(model, inputs, kwargs)
     roots = [loss_fn(output)] if loss_fn is not None else list(iter_tensors(output))
-    params = {id(p): n for n, p in reversed(list(model.named_parameters(remove_duplicate=False)))}
+    params = parameter_names(model)
     leaves = {id(t) for c in calls[:1] for t, _ in c.inputs}
     nodes: dict[str, OpNode] = {}
     ids: dict[int, str] = {}

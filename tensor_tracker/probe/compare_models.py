@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from .._validate import check_callable, check_count, check_type
+from ..core.naming import unwrapped
 from ..core.structure import rmap_tensor
 from ..core.tracker import Recorder, check_module
 from ..errors import ArgumentTypeError, MemoryBudgetError
@@ -21,12 +22,6 @@ DEFAULT_MAX_BYTES = 2**31
 """`compare_models`' default memory budget for the copies of both runs: 2 GiB."""
 
 _R = TypeVar("_R", bound=Recorder)
-
-
-def _unwrapped(model: nn.Module) -> nn.Module:
-    """The module a `torch.compile` wrapper runs (its parameters are that module's)."""
-    inner = getattr(model, "_orig_mod", None)
-    return inner if isinstance(inner, nn.Module) else model
 
 
 @contextlib.contextmanager
@@ -100,7 +95,7 @@ def cast_inputs(value: Any, model: nn.Module) -> Any:
     """`value` with every floating-point tensor cast to the dtype of `model`'s first
     floating-point parameter, and every tensor moved to its device (integer tensors such
     as token ids keep their dtype); unchanged for a model without floating parameters."""
-    dtype, device = _placement(_unwrapped(model))
+    dtype, device = _placement(unwrapped(model))
 
     def cast(t: Tensor) -> Tensor:
         if t.is_floating_point() and dtype is not None:
@@ -158,7 +153,7 @@ def record_pair(
     if kwargs is not None:
         check_type(kwargs, Mapping, "compare_models(kwargs=...)", "a dict of keyword inputs")
     check_count(max_bytes, "compare_models(max_bytes=...)", "bytes of copies for both runs")
-    models = (_unwrapped(model_a), _unwrapped(model_b))
+    models = (unwrapped(model_a), unwrapped(model_b))
     with _restored(models) as restore, _same_random_state() as reset:
         recorder_a = new_recorder(max_bytes)
         recorder_a.register_all(model_a, grad=loss_fn is not None)

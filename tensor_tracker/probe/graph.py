@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from .._torch_compat import gradient_node
 from .._validate import check_int, check_type
+from ..core.calls import CallHooks, eager_calls
 from ..core.structure import iter_tensors, rmap_tensor
 from ..errors import ArgumentValueError
 
@@ -65,8 +66,9 @@ class GraphNode:
     Attributes:
         id: unique: `"<name>#<call>"`, `"<parent id>/input"`, `"<parent id>/output"`,
             `"<parent id>/group<k>"`.
-        name: the module's name (`""` for the model); `call`: which call of it. A group's
-            name is the range of calls it holds, `"layers.0 … layers.99"`.
+        name: the module's name as `track()` names it (`""` for the model); `call`: which
+            call of it. A group's name is the range of calls it holds, `"layers.0 …
+            layers.99"`.
         type: the class name (a group's: `"Linear \u00d7100"`, or the count and the types);
             `kind`: `"module"`, `"input"`, `"output"` or `"group"`.
         parent: the id of the enclosing call, or of the group that holds the call (`None`
@@ -415,6 +417,8 @@ def module_graph(
 ) -> ModuleGraph:
     """Run `model(*inputs, **kwargs)` once (with autograd recording) and return its module
     graph at every level (see the module docstring). The hooks are removed afterwards.
+    Modules are named as `track()` names them; a compiled model runs eagerly for the pass,
+    as the Python it was compiled from (autograd sees its modules' operations there).
 
     Args:
         model: the model.
@@ -594,26 +598,24 @@ def _short(name: str) -> str:
 def record_calls(
     model: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[list[_Call], Any]:
-    """Run `model(*inputs, **kwargs)` once with temporary hooks; return every module call
-    (in the order they started, with their tensors and autograd nodes) and the output.
+    """Run `model(*inputs, **kwargs)` once, eagerly, with the hooks of `CallHooks` (a
+    compiled model runs as Python); return every module call (in the order they started,
+    with their tensors and autograd nodes, named as `track()` names the modules) and the
+    output.
 
     Raises:
         TypeError: `model` is not an `nn.Module`.
     """
     check_type(model, nn.Module, "model", "a torch.nn.Module")
-    # A module registered under several names (used twice) goes by its first one.
-    names = {m: n for n, m in reversed(list(model.named_modules(remove_duplicate=False)))}
     counts: dict[str, int] = {}
     stack: list[_Call] = []
     calls: list[_Call] = []
     clock = [0]
-    handles = []
 
     def tensors_of(value: Any) -> list[tuple[Tensor, Any]]:
         return [(t, _node(t)) for t in iter_tensors(value)]
 
-    def pre(module: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
-        name = names[module]
+    def pre(name: str, module: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
         call = counts.get(name, 0)
         counts[name] = call + 1
         node = GraphNode(f"{name or '<model>'}#{call}", name, call, type(module).__name__)
@@ -629,17 +631,15 @@ def record_calls(
         stack.append(record)
         calls.append(record)
 
-    def post(module: nn.Module, args: tuple[Any, ...], kw: dict[str, Any], output: Any) -> None:
+    def post(
+        name: str, module: nn.Module, args: tuple[Any, ...], kw: dict[str, Any], output: Any
+    ) -> None:
         record = stack.pop()
         record.end = clock[0]
         clock[0] += 1
         record.outputs = tensors_of(output)
         record.seq_end = _sequence_now()
         record.node.outputs = _describe([t for t, _ in record.outputs])
-
-    for module in dict.fromkeys(names):
-        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(module.register_forward_hook(post, with_kwargs=True))
 
     # Inputs that need no gradient are invisible to autograd: give the floating-point ones
     # a leaf (same values) so that every use of them can be traced.
@@ -650,12 +650,8 @@ def record_calls(
 
     inputs = rmap_tensor(inputs, traced)
     kwargs = rmap_tensor(kwargs, traced)
-    try:
-        with torch.enable_grad():
-            output = model(*inputs, **kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with CallHooks(model, pre, post), eager_calls(), torch.enable_grad():
+        output = model(*inputs, **kwargs)
     return calls, output
 
 

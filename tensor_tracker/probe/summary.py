@@ -23,8 +23,9 @@ import torch
 from torch import Tensor, nn
 
 from .._optional import require
-from .._torch_compat import next_sequence_nr
+from .._torch_compat import compiled_callable, next_sequence_nr
 from .._validate import check_bool, check_callable, check_count, check_int, check_type
+from ..core.calls import CallHooks, eager_calls
 from ..core.grad_hooks import hook_grad
 from ..core.records import Stash
 from ..core.structure import iter_leaves, iter_tensors
@@ -44,7 +45,8 @@ class ModuleCall:
     """One call of one module in the summarised pass (see `summary`).
 
     Attributes:
-        name: the module's name (`""` for the model itself); `type`: its class name.
+        name: the module's name (`""` for the model itself), as `track()` names it;
+            `type`: its class name.
         depth: nesting depth (0 for the model); `call`: which call of this module.
         parent: index of the enclosing call in `Summary.calls` (-1 for the model's call).
         input_shapes, input_dtypes, output_shapes, output_dtypes: one entry per tensor.
@@ -107,7 +109,8 @@ def _dtypes(tensors: list[Tensor]) -> list[str]:
 
 
 class _Recorder:
-    """The hooks of one summary pass. They note marks on `clock` (resolved to times after
+    """The hooks of one summary pass (`CallHooks`, with the gradient and autograd node
+    hooks it adds, all removed by `remove()`). They note marks on `clock` (resolved to times after
     the pass), NaN/inf flags as device tensors, shapes, and, with `memory`, the CUDA
     allocator's figures; nothing waits for a device.
 
@@ -128,21 +131,19 @@ class _Recorder:
         self.sequence: dict[int, tuple[int, int]] = {}
         self.node_marks: list[tuple[int, int, int]] = []  # (call, node start, node end)
         self.counts: dict[str, int] = {}
-        self.handles: list[Any] = []
-        names = {m: n for n, m in model.named_modules(remove_duplicate=False)}
-        self.names = names
-        for module in dict.fromkeys(names):
-            self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
-            self.handles.append(module.register_forward_hook(self._post, with_kwargs=True))
+        self.handles: list[Any] = []  # of the gradient and autograd node hooks
+        self.hooks = CallHooks(model, self._pre, self._post)
 
     def remove(self) -> None:
+        self.hooks.remove()
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
 
-    def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _pre(
+        self, name: str, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         now = self.clock.enter()
-        name = self.names[module]
         call = self.counts.get(name, 0)
         self.counts[name] = call + 1
         inputs = list(iter_tensors((args, kwargs)))
@@ -166,7 +167,12 @@ class _Recorder:
         self.clock.leave()
 
     def _post(
-        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+        self,
+        name: str,
+        module: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        output: Any,
     ) -> None:
         now = self.clock.enter()
         index, start = self.stack.pop()
@@ -285,7 +291,8 @@ class Summary:
         total_params, trainable_params, param_bytes: of the whole model, each parameter once.
         forward_ms, backward_ms: the whole pass (NaN where not measured).
         timing: how times were measured: `"wall clock"` (CPU), `"CUDA events"` (GPU) or
-            `"not measured"` (a tracker's recording).
+            `"not measured"` (a tracker's recording); followed by `", run eagerly (not the
+            compiled code)"` for a compiled model (see `summary`).
         device: the CUDA device whose memory was measured (`None` on the CPU).
         peak_bytes: on a GPU, the most the pass had allocated at once above what was
             allocated before it (`None` on the CPU).
@@ -464,6 +471,12 @@ def summary(
     `Summary.backward_ms`. The model's gradients are left as the backward pass made them
     (call `zero_grad()`).
 
+    Modules are named as `track()` names them (an aliased module by its first name; a
+    compiled, DDP or FSDP model by the names of the plain model). A compiled model runs
+    eagerly for the pass, as the Python it was compiled from (its compiled code stays for
+    later calls): a compiled graph fuses the modules' operations, so per-module shapes and
+    times exist only there; the times are the eager model's, as `timing` says.
+
     On the CPU, times are wall clock. When the model or its inputs are on a GPU, times come
     from CUDA events recorded on the current stream in the hooks and read after the pass
     (nothing waits for the GPU inside a hook; NaN/inf checks are read after the pass too),
@@ -535,43 +548,47 @@ def _measure(
     recorder = _Recorder(model, clock, memory)
     marks: list[int] = []  # forward start and end, then backward start and end
     try:
-        if memory is not None:
-            memory.begin_pass()
-        marks.append(_mark(clock))
-        output = model(*inputs, **kwargs)
-        marks.append(_mark(clock))
-        if backward:
-            if loss_fn is not None:
-                loss = loss_fn(output)
-            else:
-                floats = [t for t in iter_tensors(output) if t.is_floating_point()]
-                loss = sum((t.sum() for t in floats if t.requires_grad), torch.zeros(()))
-            if not isinstance(loss, Tensor):
-                raise ArgumentTypeError(
-                    f"loss_fn= must return a tensor to differentiate, got {type(loss).__name__}"
-                )
-            if loss.requires_grad:
-                recorder.time_nodes([loss.grad_fn])
-                marks.append(_mark(clock))
-                loss.backward()  # type: ignore[no-untyped-call]
-                marks.append(_mark(clock))
-        if memory is not None:
-            memory.end_pass()
+        # A compiled model runs its Python modules (see `CallHooks`).
+        with eager_calls():
+            if memory is not None:
+                memory.begin_pass()
+            marks.append(_mark(clock))
+            output = model(*inputs, **kwargs)
+            marks.append(_mark(clock))
+            if backward:
+                if loss_fn is not None:
+                    loss = loss_fn(output)
+                else:
+                    floats = [t for t in iter_tensors(output) if t.is_floating_point()]
+                    loss = sum((t.sum() for t in floats if t.requires_grad), torch.zeros(()))
+                if not isinstance(loss, Tensor):
+                    raise ArgumentTypeError(
+                        f"loss_fn= must return a tensor to differentiate, got {type(loss).__name__}"
+                    )
+                if loss.requires_grad:
+                    recorder.time_nodes([loss.grad_fn])
+                    marks.append(_mark(clock))
+                    loss.backward()  # type: ignore[no-untyped-call]
+                    marks.append(_mark(clock))
+            if memory is not None:
+                memory.end_pass()
     except Exception as error:
         recorder.remove()
         # What the calls so far found, as far as it can be read (a device error may stop
         # that too: the user's exception is what matters).
         with contextlib.suppress(Exception):
-            _finish(recorder, model)
+            _finish(recorder)
         with contextlib.suppress(AttributeError):  # exceptions with __slots__
             error.summary_calls = recorder.calls  # type: ignore[attr-defined]
         raise
     recorder.remove()
-    times = _finish(recorder, model)
+    times = _finish(recorder)
     forward_ms = times[marks[1]] - times[marks[0]]
     backward_ms = times[marks[3]] - times[marks[2]] if len(marks) == 4 else math.nan
     result = Summary(recorder.calls, model, forward_ms, backward_ms)
     result.timing = clock.name
+    if any(compiled_callable(m) is not None for m in model.modules()):
+        result.timing += ", run eagerly (not the compiled code)"
     if memory is not None:
         result.device = str(memory.device)
         result.peak_bytes = memory.pass_peak - memory.pass_start
@@ -592,14 +609,14 @@ def _set_params(c: ModuleCall, module: nn.Module) -> list[nn.Parameter]:
     return own
 
 
-def _finish(recorder: _Recorder, model: nn.Module) -> list[float]:
+def _finish(recorder: _Recorder) -> list[float]:
     """Once the pass is over: read the NaN/inf flags and the clock's marks (this waits for
     the device), then fill in parameter counts, forward, backward and self times. Returns
     the time of every mark (ms)."""
     for index, field in recorder.flags.resolve():
         setattr(recorder.calls[index], field, True)
     t = recorder.clock.times()
-    modules = dict(model.named_modules(remove_duplicate=False))
+    modules = dict(recorder.hooks.names)
     calls = recorder.calls
     for c in calls:
         _set_params(c, modules[c.name])

@@ -115,6 +115,7 @@ def test_frame_from_columns_equals_frame_of_the_stashes() -> None:
     assert columnar["hist"].map(len).eq(4).all()
 
 
+@pytest.mark.slow
 def test_statistics_recording_memory_per_stash() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
     x = torch.randn(2, 4)

@@ -72,6 +72,7 @@ def eager_record(model: nn.Module, x: Tensor) -> list[Stash]:
 @pytest.mark.parametrize(
     "make", [Net, lambda: nn.Sequential(nn.Linear(6, 6), nn.Tanh())], ids=["Net", "Sequential"]
 )
+@pytest.mark.slow
 def test_model_compiled_and_run_before_tracking_is_recorded(how: str, make: Any) -> None:
     torch.manual_seed(0)
     model = make()
@@ -98,6 +99,7 @@ def test_model_compiled_and_run_before_tracking_is_recorded(how: str, make: Any)
     assert [s.name for s in t[recorded:]] == [s.name for s in expected if not s.grad]
 
 
+@pytest.mark.slow
 def test_stale_compiled_code_out_of_reach_warns() -> None:
     # A compiled function calling the model: the tracker cannot know what to recompile,
     # so a block that records nothing says why.

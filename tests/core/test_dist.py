@@ -5,10 +5,7 @@ check what rank 0 sent back. A run that does not finish in `TIMEOUT` seconds fai
 
 from __future__ import annotations
 
-import os
 import pickle
-import socket
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -16,12 +13,13 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import tensor_tracker
 from examples.tiny_transformer import copy_task_batch
 from tensor_tracker import stats
-from tests.helpers import tiny_model
+from tests.helpers import spawn, tiny_model
+
+pytestmark = pytest.mark.slow  # spawns two ranks that train DDP and FSDP2 models
 
 WORLD = 2
 TIMEOUT = 150.0
@@ -136,35 +134,10 @@ def _worker(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("dist")
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    context = mp.start_processes(
-        _worker,
-        args=(_free_port(), str(out)),
-        nprocs=WORLD,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        while not context.join(timeout=max(deadline - time.monotonic(), 0.1)):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the {WORLD}-process run did not finish in {TIMEOUT:.0f} s")
-    except mp.ProcessRaisedException as error:
-        errors = "\n".join(p.read_text() for p in sorted(out.glob("*.err")))
-        pytest.fail(f"a rank failed:\n{errors or error}")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.terminate()
+    spawn(_worker, WORLD, out, TIMEOUT)
     return [pickle.loads((out / f"rank{r}.pkl").read_bytes()) for r in range(WORLD)]
 
 

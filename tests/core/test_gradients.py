@@ -323,6 +323,7 @@ def every_output_gradient_matches_autograd(model: nn.Module, run: Any) -> int:
     return compared
 
 
+@pytest.mark.slow
 def test_every_gradient_of_a_hugging_face_model_matches_autograd() -> None:
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 import tensor_tracker
 from tensor_tracker import stash, track
 from tensor_tracker.core import tracker as tracker_module
+from tests.helpers import hook_count
 
 
 class Scores(nn.Module):
@@ -71,14 +72,18 @@ def test_a_named_tensor_and_its_gradient_match_autograd() -> None:
 def test_outputs_and_gradients_are_unchanged_and_nothing_is_left_active() -> None:
     model, plain = _model(), _model()
     x = torch.randn(2, 3, 4)
-    with track(model, stats=True):
+    with track(model, stats=True) as t:
         model(x).sum().backward()
     plain(x).sum().backward()
     for a, b in zip(model.parameters(), plain.parameters(), strict=True):
         assert a.grad is not None and b.grad is not None and torch.equal(a.grad, b.grad)
-    assert tracker_module._ACTIVE == []
+    # Its own tracker, not "no tracker anywhere": another test in this worker (pytest-xdist
+    # runs files in any order) may have left one registered with a bare track(model).
+    assert t not in tracker_module._ACTIVE and hook_count(model) == 0
+    recorded = len(t)
     value = torch.ones(2)
-    assert stash("free", value) is value  # no tracker: returned as is, nothing recorded
+    assert stash("free", value) is value  # returned as is, and t records nothing more
+    assert len(t) == recorded
 
 
 def test_the_enclosing_tracked_module_and_the_root() -> None:

@@ -67,6 +67,7 @@ def test_dead_fraction_by_hand() -> None:
     assert dead_fraction(torch.zeros(3)).item() == 1.0
 
 
+@pytest.mark.slow
 def test_a_healthy_model_has_no_finding() -> None:
     losses = [1.0 - 0.01 * i for i in range(30)]
     diagnosis = diagnose(_train(_healthy(), steps=5), loss=losses)

@@ -29,17 +29,22 @@ def test_to_frame_columns_and_default_stat() -> None:
 
 
 def test_to_frame_stat_naming() -> None:
-    model = mlp()
+    # One Linear(1, 2) with weights worked by hand: on the batch [[1], [2]] the output is
+    # [[1 - 1, 2 * 1 + 1], [1 * 2 - 1, 2 * 2 + 1]] = [[0, 3], [1, 5]].
+    model = nn.Linear(1, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0], [2.0]]))
+        model.bias.copy_(torch.tensor([-1.0, 1.0]))
     with track(model, grad=False) as t:
-        model(torch.randn(5, 4))
-    assert "max" in t.to_frame(torch.max).columns
-    assert "m" in t.to_frame(torch.max, stat_name="m").columns
-    assert "<lambda>" in t.to_frame(lambda v: v.max()).columns
-
-    assert "value" in t.to_frame(functools.partial(torch.sum)).columns
-    assert t.to_frame("rms")["rms"].iloc[0] == pytest.approx(
-        t[0].value.square().mean().sqrt().item()
-    )
+        model(torch.tensor([[1.0], [2.0]]))
+    # A function is named by its __name__, a lambda "<lambda>", a partial (no __name__)
+    # "value"; stat_name overrides; each column holds the function of the output.
+    assert t.to_frame(torch.max)[["name", "max"]].values.tolist() == [["", 5.0]]
+    assert t.to_frame(torch.max, stat_name="m")["m"].tolist() == [5.0]
+    assert t.to_frame(lambda v: v.min())["<lambda>"].tolist() == [0.0]
+    assert t.to_frame(functools.partial(torch.sum))["value"].tolist() == [9.0]
+    assert t.to_frame("rms")["rms"].tolist() == pytest.approx([(35 / 4) ** 0.5])
+    assert "std" not in t.to_frame(torch.max).columns  # the given statistic replaces std
 
 
 def test_to_frame_never_crashes_on_odd_values() -> None:

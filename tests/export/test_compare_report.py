@@ -47,6 +47,7 @@ def _shots() -> Path | None:
     return Path(folder) if folder else None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(1440, 900), (390, 844)])
 def test_the_page_of_a_comparison(tmp_path: Path, browser: Any, size: tuple[int, int]) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By

@@ -66,6 +66,7 @@ def test_graph_view_checks_its_arguments() -> None:
         tensor_tracker.report(None, "x.html")
 
 
+@pytest.mark.slow
 def test_the_graph_view_shows_a_nodes_facts_and_statistics(
     tmp_path: Path,
     browser: Any,  # noqa: F811
@@ -126,6 +127,7 @@ def test_the_graph_view_shows_a_nodes_facts_and_statistics(
     assert console_errors(browser) == []
 
 
+@pytest.mark.slow
 def test_a_graph_alone_and_a_grouped_level(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -156,6 +158,7 @@ def test_a_graph_alone_and_a_grouped_level(tmp_path: Path, browser: Any) -> None
         (graph_models.transformer, "layers.0#0", ("layers.0#0/input", "layers.0.norm1#0")),
     ],
 )
+@pytest.mark.slow
 def test_screenshots_of_a_block_with_its_residual(
     builder: Any,
     block: str,

@@ -60,6 +60,7 @@ def _wait(browser: Any, script: str, timeout: float = 20.0) -> Any:  # noqa: F81
     raise AssertionError(f"timed out waiting for: {script}")
 
 
+@pytest.mark.slow
 def test_the_report_shows_what_was_recorded(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -171,6 +172,7 @@ def highlighted(browser: Any) -> dict[str, set[str]]:  # noqa: F811
     }
 
 
+@pytest.mark.slow
 def test_the_module_graph_expands_and_highlights(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -206,6 +208,7 @@ def test_the_module_graph_expands_and_highlights(tmp_path: Path, browser: Any) -
     browser.save_screenshot(str(tmp_path / "graph.png"))
 
 
+@pytest.mark.slow
 def test_a_level_of_500_calls_opens_as_groups(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -245,6 +248,7 @@ class _Attention(nn.Module):
         return self.mlp_projection(self.attention.query_key_value(x))
 
 
+@pytest.mark.slow
 def test_the_scale_chart_names_every_module_in_full_view(tmp_path: Path, browser: Any) -> None:  # noqa: F811
     """Module names under the scale chart lie inside the chart, and different modules read
     differently: long names are shortened by whole components, never the block index.

@@ -67,6 +67,7 @@ def _history(run_dir: Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
+@pytest.mark.slow
 def test_offline_run_holds_each_step_once_with_the_recorded_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

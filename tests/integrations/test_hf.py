@@ -18,6 +18,8 @@ from torch import Tensor, nn
 
 import tensor_tracker
 
+pytestmark = pytest.mark.slow  # builds a BERT and a sentence-transformers model
+
 SENTENCES = ["The cat sat on the mat.", "A cat was sitting on a rug by the door."]
 LAYERS = 6
 WIDTH = 384

@@ -248,6 +248,7 @@ _WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_reader_follows_a_running_writer_and_survives_kill_9(tmp_path: Path) -> None:
     path = tmp_path / "run"
     writer = subprocess.Popen(

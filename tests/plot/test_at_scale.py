@@ -23,7 +23,7 @@ from examples.zoo import ResNet18, bert, encoder
 from tensor_tracker import Tracker, plot
 from tensor_tracker import stats as tt_stats
 
-pytestmark = pytest.mark.filterwarnings("error")
+pytestmark = [pytest.mark.filterwarnings("error"), pytest.mark.slow]  # real-size models
 
 RECORDED = [*tt_stats.DEFAULT, tt_stats.histogram()]
 

@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -549,12 +550,25 @@ def test_umap_plot_both_draws_activations_and_gradients(full: Tracker) -> None:
     assert "gradients" in fig.axes[1].get_title()
 
 
-def test_umap_plot_is_deterministic(full: Tracker) -> None:
-    a = points(plot.umap_plot(full, method="pca").axes[0]).get_offsets()
-    b = points(plot.umap_plot(full, method="pca").axes[0]).get_offsets()
-    assert a.tolist() == b.tolist()
+def test_umap_plot_pca_draws_the_principal_components_worked_by_hand() -> None:
+    # Two layers x two tokens in 3-D. Centred (mean (0.5, -2, 0)) the four points are
+    # (-0.5, 2, 0), (-0.5, -2, 0), (0.5, 2, 0), (0.5, -2, 0): variance 4 along y, 0.25
+    # along x, none along z. So PC 1 is the y axis and PC 2 the x axis, each signed so that
+    # its largest loading is positive (SVD alone may return either sign).
+    stashes = [
+        stash(torch.tensor([[0.0, 0.0, 0.0], [0.0, -4.0, 0.0]]), "a"),
+        stash(torch.tensor([[1.0, 0.0, 0.0], [1.0, -4.0, 0.0]]), "b"),
+    ]
+    ax = plot.umap_plot(stashes, method="pca", layers=["a", "b"]).axes[0]
+    expected = np.array([[2.0, -0.5], [-2.0, -0.5], [2.0, 0.5], [-2.0, 0.5]])  # a, then b
+    assert np.asarray(points(ax).get_offsets()) == pytest.approx(expected, abs=1e-6)
+    # Each token's path runs from its point in layer a to its point in layer b.
+    segments = np.array(paths(ax).get_segments())
+    assert segments == pytest.approx(expected[[[0, 2], [1, 3]]], abs=1e-6)
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("PC 1", "PC 2")
 
 
+@pytest.mark.slow
 def test_umap_plot_with_umap_learn(full: Tracker) -> None:
     pytest.importorskip("umap")
     model = tiny_model()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -43,14 +44,21 @@ def require_packages() -> None:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path: Path) -> None:
+    """Each notebook executes without error. The only execution in CI: with
+    $TT_EXECUTED_NOTEBOOKS set (./dev ci sets it), the executed copy is kept there and
+    `./dev doc` renders the pages from it."""
     require_packages()
     notebook = _notebooks.execute(path)  # raises NotebookError, with the traceback, on failure
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert code and all(cell.execution_count is not None for cell in code)
     errors = [o for cell in code for o in cell.outputs if o.output_type == "error"]
     assert not errors
+    folder = os.environ.get(_notebooks.EXECUTED_ENV)
+    if folder:
+        _notebooks.save_executed(notebook, path, folder)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -95,3 +103,31 @@ def test_strip_and_check(tmp_path: Path) -> None:
     assert clean.cells[1].outputs == [] and clean.cells[1].execution_count is None
     assert clean.cells[1].source == "1 + 1" and "execution" not in clean.cells[1].metadata
     assert "widgets" not in clean.metadata and "version" not in clean.metadata.language_info
+
+
+def test_executed_copies_are_kept_and_checked_against_their_source(tmp_path: Path) -> None:
+    """`render --executed` takes the tests' copy only when it was executed from the notebook
+    as it is now."""
+    require_packages()
+    import nbformat
+
+    v4 = nbformat.v4
+    source = tmp_path / "doc" / "N.ipynb"
+    source.parent.mkdir()
+    nbformat.write(v4.new_notebook(cells=[v4.new_code_cell("1 + 1")]), source)
+    folder = tmp_path / "executed"
+    with pytest.raises(_notebooks.NotebookError, match="no executed copy"):
+        _notebooks.load_executed(source, folder)
+
+    executed = nbformat.read(source, as_version=4)
+    executed.cells[0].execution_count = 1
+    executed.cells[0].outputs = [
+        v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)
+    ]
+    assert _notebooks.save_executed(executed, source, folder) == folder / "N.ipynb"
+    copy = _notebooks.load_executed(source, folder)
+    assert copy.cells[0].outputs[0]["data"]["text/plain"] == "2"
+
+    source.write_text(source.read_text().replace("1 + 1", "1 + 2"))
+    with pytest.raises(_notebooks.NotebookError, match="another version"):
+        _notebooks.load_executed(source, folder)

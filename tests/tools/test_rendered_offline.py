@@ -16,6 +16,8 @@ pytest.importorskip("ipywidgets")
 from tests.browser import browser  # noqa: F401 (a fixture)
 from tools import notebooks, widget_scripts
 
+pytestmark = pytest.mark.slow  # executes a notebook and opens its page in Chromium
+
 CELLS = [
     "import torch, tensor_tracker\n"
     "from tensor_tracker import widgets\n"

@@ -15,6 +15,8 @@ from examples.zoo import bert_run
 from tensor_tracker import Tracker, stats, widgets
 from tests.plot.test_at_scale import check_readable
 
+pytestmark = pytest.mark.slow  # records real-size models
+
 
 @pytest.fixture(scope="module")
 def bert_steps() -> Tracker:

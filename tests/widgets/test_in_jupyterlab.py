@@ -17,6 +17,8 @@ pytest.importorskip("ipywidgets")
 from tests.browser import browser, console_errors  # noqa: F401 (a fixture)
 from tests.jupyterlab import Lab, lab, wait_for  # noqa: F401 (a fixture)
 
+pytestmark = pytest.mark.slow  # starts JupyterLab and Chromium
+
 VIEWERS = ["live_viewer", "histogram_viewer", "scale_viewer", "umap_viewer", "history_viewer"]
 
 # The viewers' outputs in the page, in notebook order: an output holding a widget box.

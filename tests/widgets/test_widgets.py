@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 import torch
@@ -15,6 +16,8 @@ import ipywidgets
 
 from tensor_tracker import Tracker, track, widgets
 from tests.helpers import stash, tiny_model
+
+SVG = "http://www.w3.org/2000/svg"
 
 
 def title(viewer: Any, figure: str = "figure") -> str:
@@ -35,7 +38,20 @@ def test_histogram_viewer_is_a_widget_showing_the_first_module(full: Tracker) ->
     assert isinstance(v, ipywidgets.Widget)
     assert title(v) == "embed (fwd, step 0, call 0)"
     assert v.message.value == ""
-    assert len(v.image.value) > 0
+    # The image is the figure as SVG, at the figure's size (72 pt and, shown, 100 px per
+    # inch), its text kept as text: what the notebook user sees.
+    svg = ElementTree.fromstring(bytes(v.image.value))
+    width, height = v.figure.get_size_inches()
+    assert v.image.format == "svg+xml" and svg.tag == f"{{{SVG}}}svg"
+    assert (svg.get("width"), svg.get("height")) == (f"{width * 72:g}pt", f"{height * 72:g}pt")
+    assert v.image.layout.max_width == f"{round(width * 100)}px"
+    embed = next(s.first_value for s in full if s.name == "embed" and not s.grad)
+    texts = {"".join(t.itertext()) for t in svg.iter(f"{{{SVG}}}text")}
+    assert {"value", "count", f"embed (fwd, step 0, call 0): {embed.numel()} values"} <= texts
+    # The bars count the embedding's values, bin by bin.
+    counts, edges = v.figure.axes[0].patches[0].get_data()[:2]
+    expected = torch.histogram(embed.double(), torch.as_tensor(edges, dtype=torch.float64))
+    assert counts.tolist() == expected.hist.tolist() and counts.sum() == embed.numel()
 
 
 def test_histogram_viewer_offers_a_module_returning_a_dict() -> None:
