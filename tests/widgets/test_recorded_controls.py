@@ -131,3 +131,9 @@ def test_scale_viewer_keeps_every_label_inside_the_figure() -> None:
             if b.x0 < box.x0 or b.y0 < box.y0 or b.x1 > box.x1 or b.y1 > box.y1:
                 cut.append(text.get_text())
     assert cut == []
+
+
+def test_heatmap_of_the_exponent_histogram_fits_the_held_bins(exp_hist_steps: Tracker) -> None:
+    v = widgets.history_viewer(exp_hist_steps)
+    bottom, top = v.heatmap_figure.axes[0].get_ylim()
+    assert -60 < bottom < top < 30  # not the recorded -126..128
