@@ -756,3 +756,12 @@ def test_scale_plot_of_a_block_format_error_draws_its_floor() -> None:
     }
     with pytest.raises(ValueError, match="no fixed range"):
         plot.scale_plot(t, formats=["nvfp4"])
+
+
+def test_histogram_figures_read_the_exponent_histogram_by_default() -> None:
+    model = tiny_model()
+    t = train(model, track(model, stats=["rms", "exp_hist"]), steps=2)
+    fig = plot.histogram(find(t, "blocks.0", grad=True, step=1))
+    assert fig.axes[0].get_xlabel() == "log2|value|"
+    heat = plot.histogram_heatmap(t, "blocks.0", grad=True)
+    assert mesh(heat.axes[0]).get_array().shape == (254, 2)
