@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     recording = load(args.path, recover=args.recover)
     out = report(recording, args.out or args.path / "report.html", title=args.path.name)
     print(out)
-    if not args.no_open:
-        webbrowser.open(out.resolve().as_uri())
+    if not args.no_open and not webbrowser.open(out.resolve().as_uri()):
+        print(f"no web browser was found to open it: open {out.resolve().as_uri()} yourself")
     return 0
 
 

@@ -3,6 +3,8 @@ argument, before anything is attached to a model."""
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
@@ -15,6 +17,8 @@ __all__ = [
     "check_choices",
     "check_count",
     "check_int",
+    "check_number",
+    "check_path",
     "check_type",
 ]
 
@@ -82,3 +86,45 @@ def check_choice(value: Any, argument: str, choices: Collection[Any]) -> None:
     """`value` must be one of `choices`."""
     if value not in choices:
         raise ArgumentValueError(f"{argument} must be one of {list(choices)}, got {_show(value)}")
+
+
+def check_number(
+    value: Any,
+    argument: str,
+    what: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = False,
+    open_high: bool = False,
+) -> float:
+    """`value` must be a finite real number (not a bool) within `[low, high]` (ends left
+    out when `open_low`/`open_high`; `None`: unbounded); `what` says what it means, e.g.
+    "a fraction of elements"."""
+    bounds = ""
+    if low is not None or high is not None:
+        left = "(" if open_low or low is None else "["
+        right = ")" if open_high or high is None else "]"
+        lo = "-inf" if low is None else f"{low:g}"
+        hi = "inf" if high is None else f"{high:g}"
+        bounds = f" in {left}{lo}, {hi}{right}"
+    expected = f"a number{bounds} ({what})"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ArgumentTypeError(f"{argument} must be {expected}, got {_show(value)}")
+    number = float(value)
+    if (
+        not math.isfinite(number)
+        or (low is not None and (number < low or (open_low and number == low)))
+        or (high is not None and (number > high or (open_high and number == high)))
+    ):
+        raise ArgumentValueError(f"{argument} must be {expected}, got {value!r}")
+    return number
+
+
+def check_path(value: Any, argument: str, what: str = "a file path") -> str | os.PathLike[str]:
+    """`value` must be a path: a `str` or an `os.PathLike` (e.g. `pathlib.Path`)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"{argument} must be {what} (a str or pathlib.Path), got {_show(value)}"
+        )
+    return value

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from ._optional import require
-from ._validate import check_choices, check_int, check_type
+from ._validate import check_bool, check_choices, check_int, check_path, check_type
+from .core.columns import Columns
 from .core.dist import gather_objects
 from .core.options import Options
 from .core.records import LogEntry, StashFn, StashValueFn
@@ -23,8 +24,14 @@ from .core.tracker import Pattern, Recorder, check_module
 from .data.compare import Comparison, Names, check_options, compare
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
-from .errors import ArgumentValueError, NonFiniteError, RecordingError, TrackerStateError
-from .persist.ranks import combined_frame, merge, part_of
+from .errors import (
+    ArgumentValueError,
+    NonFiniteError,
+    RecordingError,
+    TensorTrackerError,
+    TrackerStateError,
+)
+from .persist.ranks import Part, combined_frame, merge, merged_stats, part_of
 from .persist.recording import RecordingWriter, read_recording, spec_of
 from .probe.compare_models import DEFAULT_MAX_BYTES, record_pair
 from .probe.summary import Summary, recorded_summary
@@ -87,15 +94,33 @@ class Tracker(Recorder):
     """The rank of each record (an `array`) of a tracker holding several ranks' records
     (`gather`, `load` of a run directory); `None` otherwise."""
 
+    _rank_stats: dict[int, tuple[str, ...]] | None = None
+    """The statistics each rank recorded, when ranks recorded different ones."""
+
     @classmethod
     def _of_ranks(
-        cls, stash_fn: StashFn | None, parts: Sequence[Any], logged: list[LogEntry]
+        cls,
+        stash_fn: StashFn | None,
+        parts: Sequence[Part | tuple[int, Columns]],
+        logged: list[LogEntry],
+        error: type[TensorTrackerError] = TrackerStateError,
     ) -> Tracker:
         """A tracker (no hooks) holding several ranks' records: `parts` as `merge` takes
-        them, in rank order."""
-        merged = cls(stash_fn)
+        them, in rank order, read with `stash_fn` when every rank recorded the same
+        statistics, else with `merged_stats`'s layout (raising `error` when they cannot be
+        merged)."""
+        specs = [p.spec if isinstance(p, Part) else spec_of(p[1]) for p in parts]
+        union = merged_stats(specs, error)
+        merged = cls(stash_fn if union is None else get_stash_fn(union))
         merged.row_ranks = merge(parts, merged.stashes)
         merged.logged = logged
+        if union is not None:
+            merged._rank_stats = {
+                (p.rank if isinstance(p, Part) else p[0]): tuple(
+                    i if isinstance(i, str) else i.name for i in spec or ()
+                )
+                for p, spec in zip(parts, specs, strict=True)
+            }
         return merged
 
     def _ranks(self) -> Any:
@@ -112,7 +137,9 @@ class Tracker(Recorder):
         loop, or every N steps), outside any hook. Ranks may have recorded different
         numbers of records. On `dst`, returns a new `Tracker` holding all of them in rank
         order (no hooks; `to_frame()` has a `rank` column, `combined()` merges the ranks'
-        statistics); on the other ranks, `None`. This tracker is left as it is.
+        statistics); on the other ranks, `None`. This tracker is left as it is. Ranks that
+        recorded different statistics keep their own values, NaN for a statistic a rank
+        did not record (`combined()` then refuses; full copies and statistics do not mix).
 
         Statistics travel as their raw vectors (a few floats each); full copies are
         pickled. A tracker streaming to disk (`stream_to=`) holds only the current step:
@@ -174,6 +201,13 @@ class Tracker(Recorder):
             ['0', 1, 64.0]
         """
         self._sync()
+        if self._rank_stats is not None:
+            recorded = "; ".join(f"rank {r}: {list(n)}" for r, n in self._rank_stats.items())
+            raise TrackerStateError(
+                f"combined(): the ranks recorded different statistics ({recorded}); a "
+                "statistic combines over ranks only when every rank recorded it: record "
+                "the same stats= on every rank (to_frame() shows each rank's own)"
+            )
         stats_fn = getattr(self._stash_fn, "stash_value", None)
         names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
         ranks = self._ranks() or [0] * len(self.stashes)
@@ -198,6 +232,8 @@ class Tracker(Recorder):
             >>> s.total_params, [(c.name, c.params, c.output_shapes) for c in s][:2]
             (172, [('', 0, [(8, 4)]), ('0', 136, [(8, 8)])])
         """
+        if step is not None:
+            check_int(step, "summary(step=...)", "a recorded step (int) or None")
         self._sync()
         return recorded_summary(self.stashes, dict(self.modules), step)
 
@@ -240,6 +276,7 @@ class Tracker(Recorder):
             >>> len(tensor_tracker.load(folder)) == len(tracker)
             True
         """
+        check_path(path, "save(path)", "a directory path")
         self._sync()
         existed = Path(path).exists()
         writer = RecordingWriter(path, spec_of(self.stashes))
@@ -274,7 +311,8 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     A run directory that several ranks streamed to (`track(..., stream_to=path)` under
     `torch.distributed` writes one recording per rank, `path/rank-N`) is read whole: the
     records of every rank, in rank order, with a `rank` column in `to_frame()` and
-    `combined()` for the statistics over all ranks.
+    `combined()` for the statistics over all ranks. Ranks that recorded different
+    statistics keep their own values, NaN for a statistic a rank did not record.
 
     Args:
         path: the recording's directory (or a run directory of `rank-N` recordings).
@@ -289,6 +327,16 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
         >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
         >>> t.to_frame()                             # doctest: +SKIP
     """
+    check_path(path, "load(path)", "a recording's directory")
+    check_bool(recover, "load(recover=...)")
+    root = Path(path)
+    if not root.is_dir():
+        what = "a file" if root.exists() else "no such directory"
+        raise RecordingError(
+            f"{root} is {what}, not a recording directory; load() reads the directory that "
+            "Tracker.save or track(..., stream_to=...) wrote (an HTML report cannot be "
+            "loaded back)"
+        )
     parts = rank_parts(path)
     if parts:
         recordings = [(rank, read_recording(part, recover=recover)) for rank, part in parts]
@@ -297,6 +345,7 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
             get_stash_fn(stats) if stats is not None else None,
             [(r, rec.columns) for r, rec in recordings],
             [e for _, rec in recordings for e in rec.log],
+            RecordingError,
         )
         tracker.world_size = len(parts)
         tracker.complete = all(rec.complete for _, rec in recordings)
@@ -566,7 +615,7 @@ def track(
 
 def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -> None:
     """Set up `track(..., stream_to=path)` (before any hook is attached)."""
-    check_type(path, (str, os.PathLike), "stream_to=", "a directory path")
+    check_path(path, "stream_to=", "a directory path")
     if tracker.rank is not None:  # each rank writes its own part of the run directory
         path = Path(path) / f"rank-{tracker.rank}"
     writer = RecordingWriter(path, spec_of(tracker.stashes))

@@ -27,7 +27,7 @@ columnar (copies of tensors, nested outputs, stashes a user's `stash=` built).
 import bisect
 import weakref
 from array import array
-from collections.abc import Callable, Iterable, Iterator, MutableSequence
+from collections.abc import Callable, Iterable, Iterator, MutableSequence, Sequence
 from typing import Any, NamedTuple, Protocol, overload
 
 import torch
@@ -90,6 +90,14 @@ class ValueStore(Protocol):
         """Forget every value (references given out become invalid)."""
 
 
+class BatchValueStore(ValueStore, Protocol):
+    """A `ValueStore` that also keeps the values of many tensors at once (see
+    `StatsStore.put_many`)."""
+
+    def put_many(self, tensors: Sequence[Tensor]) -> list[int]:
+        """`put` each of `tensors`; return their references in order."""
+
+
 class Columns(MutableSequence[Stash]):
     """A tracker's records (see the module docstring), readable as a list of `Stash`.
 
@@ -144,6 +152,18 @@ class Columns(MutableSequence[Stash]):
         self.call.append(call)
         self.flags.append(flags)
         self.ref.append(ref)
+
+    def add_many(self, site: list[int], step: int, flags: list[int], ref: list[int]) -> None:
+        """Append records of call 0 and one `step`: record `i` is (`site[i]`, `flags[i]`,
+        `ref[i]`), as `add` would append them one by one."""
+        if step != self._last_step:
+            self._last_step = step
+            self.step_rows.append(len(self.ref))
+            self.step_values.append(step)
+        self.site.extend(site)
+        self.call.frombytes(bytes(self.call.itemsize * len(ref)))  # zeros
+        self.flags.extend(flags)
+        self.ref.extend(ref)
 
     def add_rows(self, site: Any, call: Any, step: Any, flags: Any, ref: Any) -> None:
         """Append many records at once from numpy arrays (what loading a recording does):

@@ -15,9 +15,10 @@ when it is made (`Registration`, `_site`).
 from __future__ import annotations
 
 import inspect
+from array import array
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -26,7 +27,7 @@ from torch.utils.hooks import RemovableHandle
 from .._torch_compat import graph_task_id, queue_at_end_of_backward
 from ..errors import ArgumentTypeError
 from .budget import MemoryBudget, value_nbytes
-from .columns import GRAD, REFS, TRAINING, TUPLE, Columns
+from .columns import GRAD, OBJECT, REFS, TRAINING, TUPLE, BatchValueStore, Columns
 from .dist import local_value
 from .grad_hooks import Gather, Tap, handle_is_dead, unrecordable
 from .memo import RecentTensors
@@ -35,7 +36,10 @@ from .records import Kind, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import BoundDefaultStash, default_stash_value, keep
 from .structure import iter_tensors
 
-__all__ = ["EagerHooks", "Registration"]
+__all__ = ["PENDING", "EagerHooks", "Registration"]
+
+PENDING = -1
+"""The reference a record holds while its statistics wait to be computed in a batch."""
 
 
 def _flat_tensors(value: Any) -> bool:
@@ -87,6 +91,7 @@ class Registration:
         "param_step",
         "params",
         "sites",
+        "state_sites",
         "traced_calls",
         "type",
     )
@@ -99,6 +104,8 @@ class Registration:
         self.calls = 0
         self.traced_calls = 0  # see CompiledHooks._graph_hook
         self.sites: dict[tuple[Kind, str], int] = {}  # see EagerHooks._site
+        # (parameter, optimizer state key) -> its site, -1 for state not recorded (scalars).
+        self.state_sites: dict[tuple[str, Any], int] = {}
         self.param_step = -1
         # The last call that ran without autograd (as in reentrant activation checkpointing)
         # and the sites (output, an input...) whose gradients were hooked all the same
@@ -145,6 +152,11 @@ class EagerHooks:
         self.stashes = Columns(make_store() if callable(make_store) else None)
         """The records, readable as a list of `Stash` (see `Columns`)."""
         self._non_blocking = bool(getattr(stash_value, "non_blocking", False))
+        # Whether parameters, gradients and optimizer state are recorded in batches: with
+        # the store of the built-in statistics (see `StatsStore.put_many`).
+        self._batched = getattr(stash_value, "batch_core", None) is not None and callable(
+            getattr(self.stashes.store, "put_many", None)
+        )
         self._pending_copies = False
         capture = options.capture
         self._outputs = "outputs" in capture
@@ -170,6 +182,12 @@ class EagerHooks:
             tuple[Callable[[], bool], Callable[[], None], Callable[[Any], None]] | None
         ) = None
         self._watched_task = -1
+        # Parameters and their gradients recorded (in order, holding PENDING) whose
+        # statistics are computed together (`_record_pending`) at the end of the backward
+        # pass, before the optimizer steps, at `step()`, at the end of the block and before
+        # anything is read.
+        self._pending: list[tuple[int, Tensor]] = []  # (row, tensor)
+        self._pending_task = -1  # the backward pass at whose end `_record_pending` is queued
 
     # -- the eager path, from a module's output to the stored row ------------------------
 
@@ -213,6 +231,8 @@ class EagerHooks:
             if task != self._watched_task:
                 self._watched_task = task
                 queue_at_end_of_backward(self._check_nonfinite)
+        if self._pending and flags & GRAD:
+            self._flush_at_end_of_backward()
         stash_value = self._default_value
         if stash_value is None:
             self._record_custom(site, call, step, flags, value, args, kwargs)
@@ -249,6 +269,103 @@ class EagerHooks:
             budget.count(columns, site, flags, value_nbytes(kept, budget.counted))
         self._pending_copies = self._non_blocking
         columns.add_object(site, call, step, flags, kept)
+
+    def _defer(self, site: int, flags: int, tensor: Tensor) -> None:
+        """Record `tensor` (a parameter or its gradient) now, in recording order, and
+        compute its statistics later with others (see `_record_pending`): the record
+        holds `PENDING` until then. Without batched statistics, record it now."""
+        if self._batched:
+            columns = self.stashes
+            self._pending.append((len(columns.ref), tensor))
+            columns.add(site, 0, self._step, flags, PENDING)
+            if flags & GRAD:
+                self._flush_at_end_of_backward()
+        else:
+            self._record(site, 0, self._step, flags, tensor)
+
+    def _flush_at_end_of_backward(self) -> None:
+        task = graph_task_id()
+        if task != -1 and task != self._pending_task:
+            self._pending_task = task
+            queue_at_end_of_backward(self._flush_and_check)
+
+    def _flush_and_check(self) -> None:
+        self._record_pending()
+        # The watch queued by the first gradient of the pass ran before these were put.
+        self._check_nonfinite()
+
+    def _record_pending(self) -> None:
+        """Compute the statistics of the deferred records (see `_defer`) in batches."""
+        self._pending_task = -1
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        columns = self.stashes
+        refs = columns.ref
+        # Rows dropped since (`Columns.clear` called directly) hold no PENDING any more.
+        pending = [p for p in pending if p[0] < len(refs) and refs[p[0]] == PENDING]
+        rows = [p[0] for p in pending]
+        budget = self._budget
+        before = cast(BatchValueStore, columns.store).nbytes if budget is not None else 0
+        values = self._put_many([p[1] for p in pending], rows)
+        if values is not None:
+            for row, ref in zip(rows, values, strict=True):
+                refs[row] = ref
+        self._count_batch(rows, before)
+
+    def _put_many(self, tensors: list[Tensor], rows: list[int]) -> list[int] | None:
+        """The store's references for `tensors` (`StatsStore.put_many`); None when the
+        store could not keep them, then kept as objects in the records `rows` instead (as
+        `_record` does)."""
+        if not tensors:
+            return []
+        columns = self.stashes
+        store = cast(BatchValueStore, columns.store)  # see `_batched`
+        self._recorded = True
+        try:
+            refs = store.put_many(tensors)
+        except Exception:  # kept as objects, as `_record` does, or says why it could not
+            stash_value = self._default_value
+            assert stash_value is not None  # `_batched`
+            for row, tensor in zip(rows, tensors, strict=True):
+                columns.flags[row] |= OBJECT
+                columns.ref[row] = len(columns.objects)
+                columns.objects.append(keep(tensor, stash_value))
+            return None
+        return refs
+
+    def _count_batch(self, rows: list[int], before: int) -> None:
+        """Count against `max_bytes` what the store grew by since it held `before` bytes,
+        for the records `rows` (whose references are set: what the budget keeps stays
+        readable when it stops tracking)."""
+        budget = self._budget
+        if budget is not None and rows:
+            columns = self.stashes
+            grown = cast(BatchValueStore, columns.store).nbytes - before
+            budget.count(columns, columns.site[rows[0]], columns.flags[rows[0]], grown)
+
+    def _record_many(self, records: list[tuple[int, int, int, Tensor]]) -> None:
+        """`_record` each `(site, step, flags, tensor)` of `records` as call 0, their
+        statistics computed in batches (`StatsStore.put_many`)."""
+        if not records:
+            return
+        columns = self.stashes
+        first = len(columns.ref)
+        step = records[0][1]
+        if all(r[1] == step for r in records):
+            columns.add_many(
+                [r[0] for r in records], step, [r[2] for r in records], [PENDING] * len(records)
+            )
+        else:
+            for site, step, flags, _ in records:
+                columns.add(site, 0, step, flags, PENDING)
+        rows = list(range(first, len(columns.ref)))
+        budget = self._budget
+        before = cast(BatchValueStore, columns.store).nbytes if budget is not None else 0
+        refs = self._put_many([r[3] for r in records], rows)
+        if refs is not None:
+            columns.ref[first : first + len(refs)] = array("i", refs)
+        self._count_batch(rows, before)
 
     def _site(self, reg: Registration, kind: Kind, attr: str) -> int:
         """The `Columns` site of (`reg`, `kind`, `attr`), resolved once."""
@@ -357,8 +474,7 @@ class EagerHooks:
             if self._params and reg.param_step != self._step_count:
                 reg.param_step = self._step_count
                 for attr, param in reg.params:
-                    site = self._site(reg, "param", attr)
-                    self._record(site, 0, step, flags, local_value(param))
+                    self._defer(self._site(reg, "param", attr), flags, local_value(param))
 
         return hook
 
@@ -380,22 +496,46 @@ class EagerHooks:
                 return
             flags = GRAD | TUPLE | (TRAINING if training else 0)
             grad = param.grad
-            self._record(site, 0, self._step, flags, None if grad is None else local_value(grad))
+            if grad is None:
+                self._record(site, 0, self._step, flags, None)
+            else:
+                self._defer(site, flags, local_value(grad))
 
         return hook
 
+    def _optimizer_pre_hook(self, *_: Any) -> None:
+        self._record_pending()  # the parameters as the forward pass used them, before the update
+
     def _optimizer_hook(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self._record_pending()
+        records: list[tuple[int, int, int, Tensor]] = []
+        step = self._step
+        state = optimizer.state
         for reg in self._registrations:
             training = reg.module.training
             if self._train_only and not training:
                 continue
+            flags = TRAINING if training else 0
+            sites = reg.state_sites
             for attr, param in reg.params:
-                for key, value in optimizer.state.get(param, {}).items():
-                    # Skip scalars such as Adam's "step"; keep per-element state.
-                    if isinstance(value, Tensor) and value.shape == param.shape:
-                        site = self._site(reg, "optimizer", f"{attr}.{key}")
-                        flags = TRAINING if training else 0
-                        self._record(site, 0, self._step, flags, local_value(value))
+                kept = state.get(param)
+                if not kept:
+                    continue
+                for key, value in kept.items():
+                    site = sites.get((attr, key))
+                    if site is None:
+                        # Skip scalars such as Adam's "step"; keep per-element state. Decided
+                        # once per state entry: its kind does not change between steps.
+                        per_element = isinstance(value, Tensor) and value.shape == param.shape
+                        site = self._site(reg, "optimizer", f"{attr}.{key}") if per_element else -1
+                        sites[attr, key] = site
+                    if site >= 0:
+                        records.append((site, step, flags, local_value(value)))
+        if self._batched:
+            self._record_many(records)
+        else:
+            for site, step, flags, value in records:
+                self._record(site, 0, step, flags, value)
 
     def _stash_named(self, name: str, value: Any, frame: Any, kind: Kind) -> None:
         """Record `value` for `stash`, under the innermost registered module whose

@@ -61,10 +61,14 @@ class Options:
             (the default), `"inputs"` (each positional/keyword argument holding tensors) and
             `"params"` (the module's own parameters, not its children's); kept as a
             frozenset. With `grad` the gradients of each are recorded too (parameter
-            gradients once accumulated).
+            gradients once accumulated). With the built-in statistics (`stats=True` or
+            names), parameters and their gradients are computed together, in batches, at
+            the end of the backward pass (or before `optimizer.step()`, at `step()`, at
+            the end of the block, or when the recording is read, whichever comes first),
+            as the forward pass used them.
         optimizer: also record this optimizer's per-parameter state (e.g. Adam's `exp_avg`
             and `exp_avg_sq`) for the registered modules' parameters after each
-            `optimizer.step()`.
+            `optimizer.step()` (with the built-in statistics, computed in batches).
         every: record only every N-th step (see `Recorder.step`); between recorded steps no
             hook is attached at all. A dict `{kind: N}` sets it per kind of step (see
             `step(kind=...)`; `"default"` for the steps of no declared kind, 1 unless

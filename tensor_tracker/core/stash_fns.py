@@ -32,6 +32,8 @@ def default_stash_value(tensor: Tensor) -> Tensor:
         >>> default_stash_value(x)
         tensor([1., 1.])
     """
+    if not isinstance(tensor, Tensor):
+        check_type(tensor, Tensor, "default_stash_value(tensor)", "a torch.Tensor")
     return tensor.detach().to("cpu", copy=True)
 
 
@@ -159,6 +161,13 @@ class CopyValue:
         check_bool(non_blocking, "non_blocking=")
         if dtype is not None:
             check_type(dtype, torch.dtype, "dtype=", "a torch.dtype such as torch.bfloat16")
+            if not (dtype.is_floating_point or dtype.is_complex):
+                # An integer or bool copy of activations truncates them (0.7 -> 0).
+                raise ArgumentValueError(
+                    f"dtype= must be a floating-point dtype for copies (torch.float16, "
+                    f"torch.bfloat16, torch.float32, ...), got {dtype}: it would truncate the "
+                    "values"
+                )
         if device is not None:
             check_type(device, (str, torch.device), "device=", "a torch device ('cpu', 'cuda:0')")
         try:

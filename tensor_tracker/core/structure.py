@@ -12,6 +12,8 @@ from typing import Any
 from torch import Tensor
 from torch.utils._pytree import SUPPORTED_NODES
 
+from .._validate import check_callable
+
 __all__ = ["iter_leaves", "iter_tensors", "rmap_tensor"]
 
 
@@ -42,6 +44,8 @@ def rmap_tensor(value: Any, fn: Callable[[Tensor], Any]) -> Any:
         >>> rmap_tensor({"a": torch.ones(2), "b": [torch.zeros(1), "text"]}, lambda t: t.sum())
         {'a': tensor(2.), 'b': [tensor(0.), 'text']}
     """
+    if not callable(fn):
+        check_callable(fn, "rmap_tensor(value, fn): fn", "Tensor -> value")
     if isinstance(value, Tensor):
         return fn(value)
     return rmap(value, fn, None)

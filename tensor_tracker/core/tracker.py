@@ -8,6 +8,8 @@ the memory budget in `budget`; the options, checked once, in `options`."""
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import math
 import sys
 import warnings
@@ -19,8 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from .._torch_compat import compiled_callable, dynamo_has_compiled_code
-from .._validate import check_bool, check_int, check_type
-from ..errors import ArgumentValueError, TrackerStateError
+from .._validate import check_bool, check_count, check_int, check_type
+from ..errors import ArgumentValueError, MemoryBudgetError, NotRecordedError, TrackerStateError
 from .budget import held_nbytes
 from .columns import Site
 from .compiled import CompiledHooks, traceable_params
@@ -32,6 +34,23 @@ from .options import CAPTURE, Options, Pattern, check_filters, compile_pattern
 from .records import Kind, LogEntry, Stash, StashFn
 
 __all__ = ["CAPTURE", "Options", "Pattern", "Recorder", "compile_pattern", "stash"]
+
+
+def _a_few(names: list[str], n: int = 6) -> str:
+    """Up to `n` of `names`, and how many more there are."""
+    shown = ", ".join(names[:n])
+    return shown + (f", ... ({len(names) - n} more)" if len(names) > n else "")
+
+
+def _caller_level() -> int:
+    """The `stacklevel` of a warning that points at the user's code: the first frame
+    outside this package."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("tensor_tracker."):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def check_module(module: Any, argument: str = "module") -> None:
@@ -87,9 +106,10 @@ def stash(name: str, value: Any, role: str | None = None) -> Any:
     """
     if role is not None and role not in ROLES:
         raise ArgumentValueError(f"stash(role=...): one of {list(ROLES)} or None, got {role!r}")
+    if not isinstance(name, str):  # also when nothing tracks: the model code is wrong
+        check_type(name, str, "stash(name, value): name", "a str")
     if not _ACTIVE:
         return value
-    check_type(name, str, "stash(name, value): name", "a str")
     frame = sys._getframe(1)
     kind = cast(Kind, role or "named")
     for tracker in list(_ACTIVE):
@@ -254,6 +274,7 @@ class Recorder(CompiledHooks):
         # Names as everywhere (`naming`): wrappers (compile, DDP, FSDP) left out, the
         # module they wrap under their name; an aliased module once, by its first name.
         names = {id(child): name for name, child in module_names(module)}
+        included = 0
         for child in module.modules():
             compiled = compiled_callable(child)
             if compiled is not None:
@@ -263,9 +284,18 @@ class Recorder(CompiledHooks):
                 continue  # a wrapper
             if include_re is not None and not include_re.search(name):
                 continue
+            included += 1
             if exclude_re is not None and exclude_re.search(name):
                 continue
             self.register(child, name, grad)
+        if not included and include_re is not None:
+            warnings.warn(
+                f"include={include_re.pattern!r} matches no module name, so nothing will be "
+                f"recorded (it is searched with re.search in the names: "
+                f"{_a_few([repr(n) for n in names.values()])})",
+                UserWarning,
+                stacklevel=_caller_level(),
+            )
         if self._compiled and self._attached:
             self._forget_compiled_code()
 
@@ -296,6 +326,8 @@ class Recorder(CompiledHooks):
             [(0, 'loss')]
         """
         check_type(name, str, "log(name, value): name", "a str")
+        if not name:
+            raise ArgumentValueError("log(name, value): name must be a non-empty str, got ''")
         if isinstance(value, Tensor):
             if value.numel() != 1:
                 raise ArgumentValueError(
@@ -319,6 +351,7 @@ class Recorder(CompiledHooks):
 
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
+        self._pending.clear()
         self.stashes.clear()
         if self._budget is not None:
             self._budget.clear()
@@ -329,7 +362,7 @@ class Recorder(CompiledHooks):
         With `every=N`, hooks are attached only during every N-th step.
 
         Args:
-            n: the number of the next step (default: this one's plus 1).
+            n: the number of the next step (default: this one's plus 1), >= 0.
             kind: the kind of the next step, e.g. `"long_sequence"`; with
                 `every={"default": 10, "long_sequence": 2}` each kind is recorded at its
                 own pace (every N-th step of that kind). `step_kinds` keeps the kinds.
@@ -345,9 +378,13 @@ class Recorder(CompiledHooks):
             [0, 1, 2]
         """
         if n is not None:
-            check_int(n, "step(n): n")
+            # Readers take steps as >= 0: a step -1 would pass for real records.
+            check_count(n, "step(n): n", "the next step's number", minimum=0)
         check_type(kind, str, "step(kind=...)", "a str naming the kind of the next step")
+        if not kind:
+            raise ArgumentValueError('step(kind=...) must be a non-empty str, got ""')
         check_bool(keep, "step(keep=...)")
+        self._record_pending()
         self._check_nonfinite()  # forward-only loops have no end of backward
         if not keep:
             self._drop_step()
@@ -397,7 +434,9 @@ class Recorder(CompiledHooks):
 
     def _attach(self, reg: Registration) -> None:
         if self._optimizer is not None and not self._attached:
-            self._handles.append(self._optimizer.register_step_post_hook(self._optimizer_hook))
+            optimizer = self._optimizer
+            self._handles.append(optimizer.register_step_pre_hook(self._optimizer_pre_hook))
+            self._handles.append(optimizer.register_step_post_hook(self._optimizer_hook))
         if not self._attached:
             _ACTIVE.append(self)
         self._attached = True
@@ -449,6 +488,10 @@ class Recorder(CompiledHooks):
                     )
 
     def _detach(self) -> None:
+        # A MemoryBudgetError here is raised already by the record that went over the
+        # budget, which is what detaches.
+        with contextlib.suppress(MemoryBudgetError):
+            self._record_pending()
         for handle in self._handles:
             handle.remove()
         for handle in self._grad_handles:
@@ -467,6 +510,7 @@ class Recorder(CompiledHooks):
     # -- reading ---------------------------------------------------------------------
 
     def _sync(self) -> None:
+        self._record_pending()
         if self._pending_copies:
             torch.cuda.synchronize()
             self._pending_copies = False
@@ -485,8 +529,28 @@ class Recorder(CompiledHooks):
     def __getitem__(self, index: int) -> Stash: ...
     @overload
     def __getitem__(self, index: slice) -> list[Stash]: ...
-    def __getitem__(self, index: int | slice) -> Stash | list[Stash]:
+    @overload
+    def __getitem__(self, index: str) -> list[Stash]: ...
+    def __getitem__(self, index: int | slice | str) -> Stash | list[Stash]:
+        """`tracker[i]`: the i-th stash; `tracker[i:j]`: a list of them; `tracker["0.linear"]`:
+        the stashes of the module of that name, in recording order.
+
+        Raises:
+            NotRecordedError: (a `KeyError`) no stash of a module of that name; the message
+                names close matches.
+            IndexError: `i` out of range.
+        """
         self._sync()
+        if isinstance(index, str):
+            found = self._where(lambda site: site.name == index)
+            if found:
+                return found
+            names = list(dict.fromkeys(site.name for site in self.stashes.sites))
+            close = difflib.get_close_matches(index, names, n=5, cutoff=0.5)
+            hint = f"close matches: {close}" if close else f"recorded: {_a_few(names)}"
+            raise NotRecordedError(f"no stash of a module named {index!r}; {hint}")
+        if not isinstance(index, (int, slice)) or isinstance(index, bool):
+            check_int(index, "tracker[index]", "an int, a slice or a module name (str)")
         return self.stashes[index]
 
     def __iter__(self) -> Iterator[Stash]:

@@ -6,6 +6,7 @@ import dataclasses
 import html
 import itertools
 import math
+import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .._optional import require
-from .._validate import check_type
+from .._validate import check_int, check_number, check_type
 from ..errors import ArgumentValueError
 from ..stats import DEFAULT, Statistic
 from ..stats.formats import BLOCK_FORMATS, FORMATS
@@ -551,6 +552,18 @@ def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding
     return f"{len(ratios)} update(s) of {len(by_param)} parameter(s), median {np.median(data):.2g}"
 
 
+def _check_loss_values(loss: Any) -> None:
+    """`loss` must be numbers (a list, or `{step: value}` with int steps)."""
+    what = "the loss per step: a list of numbers or {step: number}"
+    if isinstance(loss, (str, bytes)) or not isinstance(loss, (Sequence, Mapping)):
+        check_type(loss, (list, tuple, dict), "diagnose(loss=...)", what)
+    items = loss.items() if isinstance(loss, Mapping) else enumerate(loss)
+    for step, value in items:
+        check_int(step, "diagnose(loss=...) step", f"an int step ({what})")
+        if not isinstance(value, (numbers.Real, Tensor)) or isinstance(value, bool):
+            check_type(value, float, "diagnose(loss=...) value", f"a number ({what})")
+
+
 def _check_loss(
     loss: Sequence[float] | Mapping[int, float], spike: float, found: list[Finding]
 ) -> str:
@@ -669,8 +682,10 @@ def diagnose(
         A `Diagnosis`: findings (empty when nothing looks wrong) and what was checked.
 
     Raises:
-        TypeError: `recording` is not a tracker or a list of stashes.
-        ValueError: an unknown format, or thresholds out of order.
+        TypeError: `recording` is not a tracker or a list of stashes, or an argument is
+            not a number (`loss=` not numbers per step).
+        ValueError: an unknown format, a fraction (`dead`, `saturation`, `overflow`,
+            `underflow`) outside [0, 1], thresholds out of order.
 
     Example:
         >>> with tensor_tracker.track(model, stats=tensor_tracker.diagnosis_stats) as t:
@@ -682,30 +697,44 @@ def diagnose(
         No findings.
         Checked: nonfinite: the min/max (or nonfinite, sum) of every recorded tensor; ...
     """
+    if isinstance(formats, str) or not isinstance(formats, Sequence):
+        check_type(formats, (list, tuple), "diagnose(formats=...)", "a list of format keys")
     for key in formats:
         if key not in FORMATS and key not in BLOCK_FORMATS:
             raise ArgumentValueError(
                 f"diagnose: formats= holds {key!r}; use keys of FORMATS: {list(FORMATS)} "
                 f"or of BLOCK_FORMATS: {list(BLOCK_FORMATS)}"
             )
-    numbers = {
-        "vanishing=": vanishing,
-        "exploding=": exploding,
-        "dead=": dead,
-        "saturation=": saturation,
-        "overflow=": overflow,
-        "underflow=": underflow,
-        "block_error=": block_error,
-        "spike=": spike,
-    }
-    for name, value in numbers.items():
-        check_type(value, (int, float), name, "a number")
-    if not block_error > 0:
-        raise ArgumentValueError(f"diagnose: block_error= must be > 0, got {block_error!r}")
-    if not 0 < vanishing < 1 < exploding:
-        raise ArgumentValueError("diagnose: need 0 < vanishing= < 1 < exploding=")
-    if len(update_size) != 2 or not 0 <= update_size[0] < update_size[1]:
-        raise ArgumentValueError("diagnose: update_size= must be (low, high) with 0 <= low < high")
+    check_number(
+        vanishing,
+        "diagnose(vanishing=...)",
+        "a gradient ratio",
+        low=0,
+        high=1,
+        open_low=True,
+        open_high=True,
+    )
+    check_number(exploding, "diagnose(exploding=...)", "a gradient ratio", low=1, open_low=True)
+    fraction = "a fraction of values"
+    check_number(dead, "diagnose(dead=...)", "a fraction of units", low=0, high=1)
+    check_number(saturation, "diagnose(saturation=...)", "a relative slope", low=0, high=1)
+    check_number(overflow, "diagnose(overflow=...)", fraction, low=0, high=1)
+    check_number(underflow, "diagnose(underflow=...)", fraction, low=0, high=1)
+    check_number(spike, "diagnose(spike=...)", "robust standard deviations", low=0, open_low=True)
+    check_number(block_error, "diagnose(block_error=...)", "a relative error", low=0, open_low=True)
+    check_type(update_size, (tuple, list), "diagnose(update_size=...)", "(low, high)")
+    if len(update_size) != 2:
+        raise ArgumentValueError(
+            f"diagnose(update_size=...) must be (low, high), got {update_size!r}"
+        )
+    low = check_number(update_size[0], "diagnose(update_size=...) low", "an rms ratio", low=0)
+    high = check_number(update_size[1], "diagnose(update_size=...) high", "an rms ratio", low=0)
+    if not low < high:
+        raise ArgumentValueError(
+            f"diagnose(update_size=...) must be (low, high) with 0 <= low < high, got {update_size!r}"
+        )
+    if loss is not None:
+        _check_loss_values(loss)
     rec = _Recording(recording)
     found: list[Finding] = []
     checked: dict[str, str] = {}

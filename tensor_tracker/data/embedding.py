@@ -16,6 +16,7 @@ from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
 from .select import (
     ROOT_LABEL,
+    as_stashes,
     display_name,
     module_order,
     name_filter,
@@ -64,6 +65,7 @@ def default_layers(stashes: Sequence[Stash]) -> list[str]:
         >>> plot.default_layers(list(t))
         ['blocks.0', 'blocks.1']
     """
+    stashes = as_stashes(stashes, "default_layers(stashes)")
     shapes: dict[str, tuple[int, ...]] = {}
     for s in stashes:
         if s.grad or s.kind != "output" or s.name in shapes:

@@ -12,13 +12,14 @@ import torch
 from torch import Tensor
 
 from .._optional import require
+from .._validate import check_type
 from ..core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, Columns
 from ..core.records import Stash, first_value
 from ..core.structure import iter_leaves
 from ..errors import ArgumentTypeError, ArgumentValueError, NotRecordedError
 from ..stats import NAMES, Stats, compute, stats_table
 from ..stats.store import StatsStore
-from .select import first_leaf
+from .select import as_stashes, first_leaf
 
 if TYPE_CHECKING:
     import pandas
@@ -143,7 +144,7 @@ def _columns(stashes: Sequence[Stash]) -> Columns:
     if isinstance(stashes, Columns):
         return stashes
     cols = Columns()
-    cols.extend(stashes)
+    cols.extend(as_stashes(stashes, "to_frame(stashes)"))
     return cols
 
 
@@ -203,6 +204,8 @@ def to_frame(
         stats_names: statistic columns to include even when no stash holds them (a
             `stats=` tracker passes its statistics, so an empty frame has their columns).
     """
+    if stat_name is not None:
+        check_type(stat_name, str, "to_frame(stat_name=...)", "a column name (str) or None")
     pd = require("pandas", "pandas")
     np = require("numpy", "pandas")
     cols = _columns(stashes)

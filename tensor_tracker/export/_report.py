@@ -4,39 +4,34 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .._optional import require
-from .._validate import check_type
+from .._validate import check_path, check_type
 from ..data.compare import Comparison
-from ..data.select import display_name, short_labels
 from ..errors import ArgumentTypeError
 from ..probe.graph import ModuleGraph
+from ..stats.builtin import BUILTINS
 from ..stats.formats import BLOCK_FORMATS, FORMATS
-from ..stats.spec import BLOCK_NAMES
 from ._columns import columns_of
 from ._compare_report import comparison_payload
+from ._html import fill, script_json
 
 __all__ = ["page", "report"]
 
-# The statistics a report shows (those recorded), in this order: the block-format ones
-# last, so that the statistic picker doubles as a picker of block formats.
-_STATS = (
-    "rms",
-    "abs_max",
-    "mean",
-    "std",
-    "min",
-    "max",
-    "nonfinite",
-    "fp16_overflow",
-    *BLOCK_NAMES,
-)
+# The statistic a page opens on, the first of these recorded.
+_FIRST = ("rms", "abs_max", "std", "abs_mean")
+# Built-in statistics that are counts or fractions: drawn on a linear axis, not as log2|x|.
+_COUNTS = ("numel", "nonfinite")
+_FRACTION_SUFFIXES = ("_frac", "_overflow", "_underflow", "_subnormal")
+# The JavaScript libraries inlined into the page (see vendor/README.md), in load order.
+_VENDOR = ("uplot-1.6.32.iife.min.js", "dagre-3.1.3.min.js")
+_VENDOR_CSS = ("uplot-1.6.32.min.css",)
 # Histograms kept per series: at most this many steps, spread evenly over the run.
 _HIST_STEPS = 200
 # Points per logged scalar drawn in the KPI chart.
@@ -72,6 +67,29 @@ def _tree_order(names: list[str]) -> list[str]:
     return sorted(names, key=key)
 
 
+def _axis(stat: str, values: Any) -> str:
+    """How a statistic is drawn: `"linear"` for counts and fractions, `"log2"` (of |x|) for
+    magnitudes. A statistic the package does not know is a count when every recorded value
+    is a non-negative integer."""
+    np = require("numpy", "pandas")
+    if stat in _COUNTS or stat.endswith(_FRACTION_SUFFIXES):
+        return "linear"
+    finite = values[np.isfinite(values)]
+    counts = finite.size > 0 and bool(np.all(finite >= 0) and np.all(finite == np.round(finite)))
+    return "linear" if counts and stat not in BUILTINS else "log2"
+
+
+def _vendor() -> tuple[str, str]:
+    """The inlined scripts and styles: each library's minified file as published, less
+    its source-map comment (a map the page could not load anyway)."""
+    folder = resources.files(__package__).joinpath("vendor")
+    scripts = [
+        re.sub(r"//# sourceMappingURL=\S+\s*$", "", folder.joinpath(n).read_text()) for n in _VENDOR
+    ]
+    styles = [folder.joinpath(n).read_text() for n in _VENDOR_CSS]
+    return "\n".join(f"<script>{s}</script>" for s in scripts), "\n".join(styles)
+
+
 def _nothing_recorded(title: str) -> dict[str, Any]:
     """The payload of a page that shows a graph alone."""
     return {
@@ -79,6 +97,7 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
         "steps": [],
         "modules": [],
         "stats": [],
+        "axes": {},
         "series": [],
         "hist": None,
         "formats": {},
@@ -91,10 +110,14 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
     np = require("numpy", "pandas")
     columns = columns_of(recording, "report(recording, path)")
     frame, histograms = columns.frame, columns.histograms
+    recorded_stats = columns.scalars
     if columns.copies:  # compute the statistics the report shows
-        for stat in ("rms", "abs_max", "mean", "min", "max"):
+        recorded_stats = ["rms", "abs_max", "mean", "min", "max"]
+        for stat in recorded_stats:
             frame[stat] = recording.to_frame(stat=stat, stat_name=stat)[stat]
-    stats = [s for s in _STATS if s in frame.columns]
+    # Every statistic recorded, in the order of the spec (the first shown first).
+    stats = [s for s in _FIRST if s in recorded_stats]
+    stats += [s for s in recorded_stats if s not in stats]
     steps = sorted(int(s) for s in frame["step"].unique())
     step_index = {s: i for i, s in enumerate(steps)}
     modules = _tree_order(list(dict.fromkeys(frame["name"])))
@@ -123,17 +146,22 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
             means = by_step[stat].mean()
             values[[step_index[int(s)] for s in means.index]] = means.to_numpy(dtype=float)
             entry["stats"][stat] = _floats(values)
-        if hist_name is not None and hist_name in rows.columns:
+        if hist is not None and hist_name is not None and hist_name in rows.columns:
             wanted = set(hist_steps)
             kept = rows[rows["step"].isin(wanted)].drop_duplicates("step")
             counts = np.stack([np.asarray(c, dtype=float) for c in kept[hist_name]])
+            # Every value counted: the bins and the extra counts (zeros, out of range...).
+            totals = counts.sum(axis=1)
+            for extra in hist.names[1:]:
+                if extra in kept.columns:
+                    totals = totals + np.nan_to_num(kept[extra].to_numpy(dtype=float))
             peak = counts.max(axis=1, keepdims=True)
             # 8 bits per bin, relative to the step's largest bin: enough to draw.
             scaled = np.where(peak > 0, np.round(255 * counts / np.maximum(peak, 1)), 0)
             entry["hist"] = {
                 "steps": [int(s) for s in kept["step"]],
                 "counts": base64.b64encode(scaled.astype(np.uint8).tobytes()).decode(),
-                "totals": [float(t) for t in counts.sum(axis=1)],
+                "totals": [round(float(t)) for t in totals],
             }
         series.append(entry)
     scalars: dict[str, list[list[Any]]] = {}
@@ -152,19 +180,13 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
     return {
         "title": title,
         "steps": steps,
+        # Names are shortened on the page, to the room each place has.
         "modules": [
-            {
-                "name": m,
-                "type": str(types[m]).rsplit(".", 1)[-1],
-                "depth": _depth(m, recorded),
-                # Under the scale chart: shortened as in the figures, block indices kept.
-                "label": label,
-            }
-            for m, label in zip(
-                modules, short_labels([display_name(m) for m in modules]), strict=True
-            )
+            {"name": m, "type": str(types[m]).rsplit(".", 1)[-1], "depth": _depth(m, recorded)}
+            for m in modules
         ],
         "stats": stats,
+        "axes": {stat: _axis(stat, frame[stat].to_numpy(dtype=float)) for stat in stats},
         "series": series,
         "hist": None
         if hist is None
@@ -205,11 +227,10 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
         payload["compare"] = comparison_payload(compared, payload)
     payload["graph"] = None if graph is None else graph.to_dict()
     payload["view"] = view
-    data = json.dumps(payload, separators=(",", ":"), allow_nan=False)
     text = resources.files(__package__).joinpath("report.html").read_text()
-    return text.replace("__TITLE__", html.escape(title)).replace(
-        "__DATA__", data.replace("</", "<\\/")
-    )
+    scripts, styles = _vendor()
+    values = {"TITLE": html.escape(title), "DATA": script_json(payload)}
+    return fill(text, {**values, "VENDOR": scripts, "VENDORCSS": styles})
 
 
 def report(
@@ -222,13 +243,20 @@ def report(
     and loads nothing from the network (every script and style is inside; a Content
     Security Policy forbids any request).
 
-    The page shows the modules (filterable), the scale of every module's output and
-    gradient at the chosen step against the fp16/bf16/fp8 limits, and for a module picked
-    from the list its statistics over the steps (outputs, gradients, parameters and their
-    gradients, whatever was recorded) with the values at the chosen step, its histogram
-    there when histograms were recorded, the scalars of `log()` as charts and the notes. A
-    slider picks the step. Lines are drawn downsampled to the page width; the numbers are
-    all there (float32).
+    The page shows the modules (filterable; a menu on a phone), the picked module's values
+    at the chosen step (one number format per table) and its statistics over the steps
+    (outputs, gradients, parameters and their gradients, whatever was recorded) with their
+    histograms over the steps when histograms were recorded (a line says how to record them
+    otherwise). "pin" keeps a module on the page, so that several sit side by side. The scale
+    chart shows every module's output and gradient at the chosen step against the
+    fp16/bf16/fp8 limits; hover or tap a point for its module and value, click it to open
+    the module. Every statistic recorded is offered; counts and fractions are drawn on a
+    linear axis, magnitudes as log2. The scalars of `log()` are charts over the steps, the
+    notes marked on every step axis. A slider picks the step. Charts zoom by dragging
+    (double-click resets). The numbers are all there (float32).
+
+    Charts are drawn by uPlot and the graph laid out by dagre, both inlined (see
+    `tensor_tracker/export/vendor`).
 
     A `Comparison` (`tensor_tracker.compare`, `compare_models`) gets the page of its run
     `a` with the errors against run `b`: the counts and first divergences in the header,
@@ -257,6 +285,8 @@ def report(
     Example:
         >>> tensor_tracker.report(t, "run.html")  # doctest: +SKIP
     """
-    path = Path(path)
+    path = Path(check_path(path, "report(recording, path): path", "an HTML file path"))
+    if title is not None:
+        check_type(title, str, "report(title=...)", "a str or None (the file name)")
     path.write_text(page(recording, graph, title or path.stem))
     return path

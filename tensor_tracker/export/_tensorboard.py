@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from .._optional import require
+from .._validate import check_bool, check_count, check_path, check_type
 from ._columns import columns_of
 
 __all__ = ["tensorboard_tag", "to_tensorboard"]
@@ -25,6 +26,10 @@ def tensorboard_tag(name: str, kind: str, attr: str, grad: bool, stat: str, call
         >>> tensorboard_tag("", "param", "weight", False, "abs_max")
         '<root>/param.weight/value/abs_max'
     """
+    for value, argument in ((name, "name"), (kind, "kind"), (attr, "attr"), (stat, "stat")):
+        check_type(value, str, f"tensorboard_tag({argument}=...)", "a str")
+    check_bool(grad, "tensorboard_tag(grad=...)")
+    check_count(call, "tensorboard_tag(call=...)", "the call's index", minimum=0)
     part = f"{kind}.{attr}" if attr else kind
     if call:
         part += f"#{call}"
@@ -50,6 +55,7 @@ def to_tensorboard(recording: Any, logdir: str | os.PathLike[str]) -> None:
         >>> tensor_tracker.export.to_tensorboard(t, "runs/tb")  # doctest: +SKIP
     """
     columns = columns_of(recording, "to_tensorboard(recording, logdir)")
+    check_path(logdir, "to_tensorboard(recording, logdir): logdir", "a directory path")
     require("tensorboard", "tensorboard")
     from torch.utils.tensorboard import SummaryWriter
 

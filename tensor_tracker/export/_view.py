@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._validate import check_int, check_type
+from .._validate import check_int, check_path, check_type
 from ..errors import ArgumentValueError
 from ..probe.graph import ModuleGraph
 from ._report import page
@@ -42,7 +42,7 @@ class GraphView:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the view as a standalone HTML file (opens from disk, no server, no network);
         returns the path."""
-        path = Path(path)
+        path = Path(check_path(path, "GraphView.save(path)", "an HTML file path"))
         path.write_text(self.html)
         return path
 

@@ -7,6 +7,7 @@ import weakref
 from typing import Any
 
 from .._optional import require
+from ..errors import ArgumentTypeError
 from ._columns import columns_of
 from ._tensorboard import tensorboard_tag
 
@@ -42,6 +43,11 @@ def to_wandb(recording: Any, run: Any) -> int:
         >>> tensor_tracker.export.to_wandb(t, run)    # doctest: +SKIP
     """
     columns = columns_of(recording, "to_wandb(recording, run)")
+    if not callable(getattr(run, "log", None)):
+        raise ArgumentTypeError(
+            f"to_wandb(recording, run): run must be a wandb run (wandb.init(...)), got "
+            f"{type(run).__name__}"
+        )
     wandb = require("wandb", "wandb")
     last = _LOGGED.get(run, -1)
     frame, scalars, histograms = columns.frame, columns.scalars, columns.histograms

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._optional import require
+from .._validate import check_type
 from ..core.tracker import Recorder
 
 __all__ = ["hf_trainer_callback"]
@@ -23,6 +24,9 @@ def hf_trainer_callback(tracker: Recorder) -> Any:
         with track(model, stats=True, every=10) as t:
             Trainer(model, args, train_dataset=ds, callbacks=[hf_trainer_callback(t)]).train()
     """
+    check_type(
+        tracker, Recorder, "hf_trainer_callback(tracker)", "a tracker (from track(model, ...))"
+    )
     base: Any = require("transformers", "hf").TrainerCallback
 
     class TensorTrackerCallback(base):  # type: ignore[misc]

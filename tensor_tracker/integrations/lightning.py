@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._optional import require
+from .._validate import check_type
 from ..core.tracker import Recorder
 
 __all__ = ["lightning_callback"]
@@ -23,6 +24,9 @@ def lightning_callback(tracker: Recorder) -> Any:
         with track(module, stats=True, every=10) as t:
             Trainer(max_steps=100, callbacks=[lightning_callback(t)]).fit(module, loader)
     """
+    check_type(
+        tracker, Recorder, "lightning_callback(tracker)", "a tracker (from track(model, ...))"
+    )
     try:
         base: Any = require("lightning.pytorch", "lightning").Callback
     except ImportError:

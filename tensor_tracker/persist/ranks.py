@@ -5,6 +5,12 @@ Records travel between processes as a `Part`: the columns as bytes, each statist
 raw vector (one float64 row, see `Layout`), module classes by name, and only the values
 that are not columnar (copies of tensors) as objects; `merge` appends parts to one
 `Columns`, remembering the rank of each row.
+
+Ranks may have recorded different statistics (`stats=True` on one, `["mean",
+"fp16_overflow"]` on another, only a histogram on a third). Their raw vectors then have
+different layouts, so `merged_stats` builds one layout holding every statistic any rank
+recorded, and `merge` reads each rank's rows with its own layout into it: a statistic a
+rank did not record is NaN on that rank's rows.
 """
 
 from __future__ import annotations
@@ -15,17 +21,21 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from .._optional import require
 from ..core.columns import OBJECT, REFS, STASH, Columns
 from ..core.records import LogEntry
 from ..data.frame import type_name
-from ..errors import ArgumentValueError
-from ..stats import StatsFn
+from ..errors import ArgumentValueError, TensorTrackerError
+from ..stats import Histogram, StatsFn
+from ..stats.kernels import F64, NAN
+from ..stats.layout import Layout
+from ..stats.spec import CustomName
 from ..stats.store import StatsStore
 from .recording import module_class
 
-__all__ = ["Part", "combined_frame", "merge", "part_of", "stats_fn_of"]
+__all__ = ["Part", "combined_frame", "merge", "merged_stats", "part_of", "stats_fn_of"]
 
 
 @dataclasses.dataclass
@@ -171,6 +181,8 @@ def _append(into: Columns, source: Columns) -> None:
     if refs:
         assert isinstance(source.store, StatsStore) and isinstance(store, StatsStore)
         raw, numel = source.store.table(torch.tensor(list(refs), dtype=torch.int64))
+        if source.store.layout.spec != store.layout.spec:
+            raw = _convert(source.store.layout, store.layout, raw, numel)
         first, stride = store.add_host_rows(
             raw.contiguous().numpy().tobytes(), numel.to(torch.int64).numpy().tobytes()
         )
@@ -192,6 +204,78 @@ def _append(into: Columns, source: Columns) -> None:
         else:
             ref = first + stride * refs[source.ref[row]]
             into.add(site_map[source.site[row]], source.call[row], step, flags, ref)
+
+
+def merged_stats(
+    specs: Sequence[tuple[Any, ...] | None], error: type[TensorTrackerError]
+) -> StatsFn | None:
+    """The statistics of a tracker merging ranks whose statistics' layout specs are
+    `specs` (one per rank, in rank order; `None` for a rank that kept full copies): `None`
+    when every rank recorded the same (read them with that rank's own function), else a
+    `StatsFn` whose layout holds every statistic any rank recorded, in order of first
+    appearance (see the module docstring).
+
+    Raises:
+        error: some ranks kept statistics and others full copies, or two ranks recorded
+            histograms of one name with different bins.
+    """
+    if len(set(specs)) <= 1:
+        return None
+    kinds = [spec is None for spec in specs]
+    if any(kinds) and not all(kinds):
+        copies, stats = kinds.index(True), kinds.index(False)
+        raise error(
+            f"rank {copies} recorded full copies and rank {stats} statistics; records of "
+            "both kinds cannot be merged into one tracker: record with the same stats= on "
+            "every rank (or read each rank's recording on its own)"
+        )
+    items: list[Any] = []
+    seen: dict[str, tuple[int, Any]] = {}
+    for rank, spec in enumerate(specs):
+        for item in spec or ():
+            name = item.name if isinstance(item, (Histogram, CustomName)) else item
+            if name in seen:
+                first, before = seen[name]
+                if isinstance(item, Histogram) and before != item:
+                    raise error(
+                        f"ranks {first} and {rank} recorded histograms named {name!r} with "
+                        f"different bins ({before} and {item}); their counts cannot share "
+                        "a column: give each configuration its own name"
+                    )
+                continue
+            seen[name] = (rank, item)
+            # Every statistic but the histograms and the element count (which every row
+            # has) is kept as its value, read with the rank's own layout.
+            keep_as_is = isinstance(item, Histogram) or name == "numel"
+            items.append(item if keep_as_is else CustomName(name))
+    try:
+        return stats_fn_of(tuple(items))
+    except ArgumentValueError as clash:  # e.g. a custom statistic named like a histogram's count
+        raise error(f"the ranks' statistics cannot be merged: {clash}") from None
+
+
+def _convert(source: Layout, into: Layout, raw: Tensor, numel: Tensor) -> Tensor:
+    """Raw vectors `raw` of layout `source` as raw vectors of `into`, a layout built by
+    `merged_stats`: its values (one slot each, in spec order) then its histograms' counts;
+    NaN where `source` did not record a statistic."""
+    customs = [item.name for item in into.spec if isinstance(item, CustomName)]
+    out = torch.full((raw.shape[0], into.width), NAN, dtype=F64)
+    values = source.derive(raw, numel, [name for name in customs if name in source])
+    for slot, name in enumerate(customs):
+        if name in values:
+            out[:, slot] = values[name]
+    # The histograms' slots are the last of a raw vector, in spec order, `bins + 5` each.
+    source_hists = [item for item in source.spec if isinstance(item, Histogram)]
+    at = source.width - sum(h.bins + 5 for h in source_hists)
+    where: dict[str, int] = {}
+    for h in source_hists:
+        where[h.name], at = at, at + h.bins + 5
+    slot = len(customs)
+    for h in (item for item in into.spec if isinstance(item, Histogram)):
+        if h.name in where:
+            out[:, slot : slot + h.bins + 5] = raw[:, where[h.name] : where[h.name] + h.bins + 5]
+        slot += h.bins + 5
+    return out
 
 
 def stats_fn_of(spec: tuple[Any, ...] | None) -> StatsFn | None:

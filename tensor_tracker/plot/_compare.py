@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .._optional import require
-from .._validate import check_type
+from .._validate import check_int, check_type
 from ..data.compare import Comparison
 from ..data.select import display_name, short_labels
 from ..errors import ArgumentValueError
@@ -73,6 +73,11 @@ def compare(
         >>> fig.savefig("compare.png")                     # doctest: +SKIP
     """
     check_type(cmp, Comparison, "plot.compare(cmp)", "a tensor_tracker.Comparison")
+    if step is not None:
+        check_int(step, "plot.compare(step=...)", "a recorded step (int) or None")
+    check_type(kind, str, "plot.compare(kind=...)", "a kind of record (str)")
+    if error is not None:
+        check_type(error, str, "plot.compare(error=...)", "a column name (str) or None")
     np = require("numpy", "pandas")
     frame = cmp.to_frame()
     status = cmp.status()

@@ -9,13 +9,13 @@ import torch
 from torch import Tensor
 
 from .._optional import require
-from .._validate import check_choice
+from .._validate import check_choice, check_count, check_int
 from ..data.select import (
     as_stashes,
     display_name,
     select,
 )
-from ..errors import ArgumentTypeError, ArgumentValueError
+from ..errors import ArgumentValueError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -148,8 +148,11 @@ def umap_plot(
         raise empty_error("umap_plot", "tracker_or_stashes")
     check_choice(method, "method", ("umap", "pca"))
     check_choice(grad, "grad", (False, True, "both"))
-    if not isinstance(seed, int):
-        raise ArgumentTypeError(f"seed must be an int, got {type(seed).__name__}")
+    check_int(seed, "umap_plot(seed=...)")
+    check_count(call, "umap_plot(call=...)", "the call's index", minimum=0)
+    check_count(max_tokens, "umap_plot(max_tokens=...)", "rows to take")
+    if step is not None:
+        check_int(step, "umap_plot(step=...)", "a recorded step (int) or None")
     outputs = select(stashes, kind="output")
     if not outputs:
         raise ArgumentValueError(

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from .._optional import require
+from .._validate import check_bool, check_count
 from ..core.records import Stash
 from ..data.select import (
     as_stashes,
@@ -98,8 +99,9 @@ def histogram(
         # A stash holding no tensor keeps its value, for the error below to name its type.
         tensors = [v if (v := shown_value(s)) is not None else s.first_value for s in items]
         default_labels = series_labels(items)
-    if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
-        raise ArgumentValueError(f"bins must be a positive int, got {bins!r}")
+    check_count(bins, "histogram(bins=...)", "bins")
+    if log2 is not None:
+        check_bool(log2, "histogram(log2=...)")
     span = check_range(range)
     if labels is not None:
         labels = [str(label) for label in labels]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._optional import require
+from .._validate import check_bool, check_count
 from ..data.select import (
     as_stashes,
     display_name,
@@ -118,8 +119,10 @@ def history(
         ...         lm(tokens).logsumexp(-1).mean().backward(); t.step()
         >>> fig = plot.history(t, stat="rms", names=r"blocks\\.\\d+$", grad=True)
     """
-    if not isinstance(max_points, int) or isinstance(max_points, bool) or max_points < 2:
-        raise ArgumentValueError(f"max_points must be an int >= 2, got {max_points!r}")
+    check_count(max_points, "history(max_points=...)", "points drawn per line", minimum=2)
+    check_bool(grad, "history(grad=...)")
+    if leaves is not None:
+        check_bool(leaves, "history(leaves=...)")
     row_names, attrs, steps, values, modules = history_rows(
         tracker_or_frame, stat, names, grad, kind
     )
@@ -248,6 +251,10 @@ def histogram_heatmap(
     """
     if not isinstance(name, str):
         raise ArgumentTypeError(f"name must be a module name (str), got {type(name).__name__}")
+    check_bool(grad, "histogram_heatmap(grad=...)")
+    check_count(bins, "histogram_heatmap(bins=...)", "bins")
+    if log2 is not None:
+        check_bool(log2, "histogram_heatmap(log2=...)")
     chosen = select_from(tracker, "tracker", names=[name], grad=grad, kind=kind)
     chosen = [s for s in chosen if shown_value(s) is not None]
     if not chosen:

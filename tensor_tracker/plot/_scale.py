@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._optional import require
+from .._validate import check_bool, check_int
 from ..data.select import (
     as_stashes,
     display_name,
@@ -138,6 +139,11 @@ def scale_plot(
         >>> len(fig.axes)  # forward and gradient panels
         2
     """
+    if step is not None:
+        check_int(step, "scale_plot(step=...)", "a recorded step (int) or None")
+    for flag, flag_name in ((leaves, "leaves"), (group, "group")):
+        if flag is not None:
+            check_bool(flag, f"scale_plot({flag_name}=...)")
     source, argument = tracker_or_stashes, "tracker_or_stashes"
     # From a tracker only the stashes of one step are built: fast on a long run.
     steps = recorded_steps(source, argument, kind)

@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from .._validate import check_callable
 from ..core.naming import parameter_names
 from ..core.structure import iter_tensors
 from ..errors import ArgumentValueError
@@ -221,6 +222,8 @@ def autograd_graph(
         >>> sorted(n.label for n in ops.nodes.values() if n.kind == "param")
         ['0.bias', '0.weight', '2.bias', '2.weight']
     """
+    if loss_fn is not None:
+        check_callable(loss_fn, "autograd_graph(loss_fn=...)", "output -> loss tensor")
     calls, output = record_calls(model, inputs, kwargs)
     roots = [loss_fn(output)] if loss_fn is not None else list(iter_tensors(output))
     params = parameter_names(model)

@@ -191,7 +191,9 @@ class ModuleGraph:
     def level(self, parent: str | None = None) -> dict[str, Any]:
         """`{"nodes": [...], "edges": [...], "positions": {id: (x, y)}}` for the level of
         `parent` (default: the model's), with a layered layout (inputs on top)."""
-        parent = self.root if parent is None else parent
+        if parent is None:
+            parent = self.root
+        check_type(parent, str, "parent", "a call id such as '0#0' (see graph.nodes) or None")
         if parent not in self.nodes:
             raise ArgumentValueError(
                 f"module_graph: no call {parent!r}; calls: {list(self.nodes)[:8]}"

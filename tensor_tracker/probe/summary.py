@@ -32,6 +32,7 @@ from ..core.structure import iter_leaves, iter_tensors
 from ..data.frame import type_name
 from ..data.nonfinite import nonfinite_flags
 from ..errors import ArgumentTypeError, ArgumentValueError
+from ..stats import Stats
 from .timeline import Clock, CudaMemory, EventClock, NonFiniteFlags, WallClock
 
 if TYPE_CHECKING:
@@ -296,6 +297,8 @@ class Summary:
         device: the CUDA device whose memory was measured (`None` on the CPU).
         peak_bytes: on a GPU, the most the pass had allocated at once above what was
             allocated before it (`None` on the CPU).
+        not_recorded: why shapes, dtypes and bytes are missing (a tracker that kept
+            statistics, not tensors), shown in the table; `None` when they are there.
     """
 
     def __init__(
@@ -316,6 +319,7 @@ class Summary:
         self.timing = "not measured"
         self.device: str | None = None
         self.peak_bytes: int | None = None
+        self.not_recorded: str | None = None
 
     def _header(self) -> list[str]:
         memory = ["fwd peak MiB"] if self.device is not None else []
@@ -372,7 +376,8 @@ class Summary:
             if c.call:
                 label += f" #{c.call}"
             # A Hugging Face model returns its cache too: the first shapes say enough.
-            shapes = ", ".join(str(list(s)) for s in c.output_shapes[:2]) or "-"
+            shapes = ", ".join(str(list(s)) for s in c.output_shapes[:2])
+            shapes = shapes or ("not recorded" if self.not_recorded else "-")
             if len(c.output_shapes) > 2:
                 shapes += f" (+{len(c.output_shapes) - 2} more)"
             flag = "NaN/inf" if c.output_nonfinite or c.grad_input_nonfinite else ""
@@ -427,6 +432,8 @@ class Summary:
             f"{self.param_bytes / 2**20:.2f} MiB)",
             times,
         ]
+        if self.not_recorded is not None:
+            lines.append(f"Shapes, dtypes and bytes: not recorded ({self.not_recorded})")
         if self.peak_bytes is not None:
             lines.append(
                 f"Peak memory of the pass on {self.device}: {self.peak_bytes / 2**20:.2f} MiB"
@@ -655,7 +662,8 @@ def recorded_summary(
     running the model again: one `ModuleCall` per recorded module output.
 
     Shapes, dtypes and bytes come from recorded copies (as stored: a `dtype=` copy shows
-    that dtype, a `sample=` copy its sample); statistics have none of these (empty/0).
+    that dtype, a `sample=` copy its sample); statistics have none of these (empty/0, and
+    `Summary.not_recorded` and the table say so).
     Input shapes and input-gradient shapes need `capture=("inputs", "outputs")`. NaN/inf
     flags come from the copies or from the statistics `first_nonfinite` reads. Times are not
     measured (NaN): `summary(model, x)` times a pass. Parameter counts come from `modules`.
@@ -739,7 +747,13 @@ def recorded_summary(
         else:
             _place_shapes(c.grad_output_shapes, len(c.output_shapes), 0, s.value)
             c.grad_output_nonfinite |= bool(bad[i])
-    return Summary(calls, list(modules.values()), math.nan, math.nan)
+    found = Summary(calls, list(modules.values()), math.nan, math.nan)
+    if any(isinstance(v, Stats) for i in outputs for v in iter_leaves(stashes[i].value)):
+        found.not_recorded = (
+            "the tracker kept statistics, not tensors; summary(model, x) runs the model "
+            "and has them"
+        )
+    return found
 
 
 def _place_shapes(shapes: list[tuple[int, ...] | None], count: int, start: int, grads: Any) -> None:

@@ -130,5 +130,6 @@ def add_hist_derivers(derivers: dict[str, Derive], config: Histogram, offset: in
         derivers[f"{name}_zero"] = column(first)
         derivers[f"{name}_nonfinite"] = column(last)
     else:
-        derivers[f"{name}_zero"] = lambda r, n: torch.zeros_like(r[:, first])
+        # Zero counts, NaN where the counts are (a merged rank that did not record them).
+        derivers[f"{name}_zero"] = lambda r, n: r[:, first] * 0.0
         derivers[f"{name}_nonfinite"] = lambda r, n: r[:, first] + r[:, last]

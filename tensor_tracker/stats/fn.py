@@ -10,6 +10,7 @@ from typing import Any, TypeAlias
 import torch
 from torch import Tensor
 
+from .._validate import check_bool, check_type
 from ..core.memo import LastTensorMemo
 from ..errors import ArgumentValueError, TrackerStateError
 from .binning import HistogramFn, add_hist_derivers
@@ -298,6 +299,13 @@ class StatsFn:
         return (tensors[0] if len(tensors) == 1 else torch.cat(tensors)), numel
 
     @property
+    def batch_core(self) -> Core | None:
+        """The `Core` that `StatsStore.put_many` reduces stacked tensors with (row by row,
+        see `batch`), or None when these statistics are computed one tensor at a time
+        (custom statistics, histograms, format fractions, block statistics, `compile=True`)."""
+        return self._core if self._simple and self._compiled is None else None
+
+    @property
     def traceable(self) -> bool:
         """Whether `graph_raw` can compute these statistics (the built-in ones without
         range counts: no custom statistic, histogram or format fraction)."""
@@ -370,6 +378,7 @@ def parse(spec: Spec, *, compile: bool = False) -> StatsFn:
         >>> fn.names[:3]
         ('rms', 'l1', 'hist')
     """
+    check_bool(compile, "parse(compile=...)")
     if isinstance(spec, StatsFn):
         return spec
     return StatsFn(spec, compile=compile)
@@ -391,4 +400,5 @@ def compute(tensor: Tensor, names: Spec = DEFAULT) -> Stats:
         >>> compute(torch.arange(4), ["mean", "max"]).to_dict()
         {'mean': 1.5, 'max': 3.0}
     """
+    check_type(tensor, Tensor, "compute(tensor)", "a torch.Tensor")
     return parse(names)(tensor)

@@ -29,12 +29,14 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from .._validate import check_type
 from ..errors import ArgumentValueError
 from .blocking import block_items, block_rules
 from .builtin import raw_plan
 from .kernels import F64, NAN
 from .layout import Layout
 from .spec import BLOCK_NAMES, CustomName, Histogram
+from .table import check_stats
 from .values import Stats
 
 __all__ = ["combine", "combine_table", "inexact_names"]
@@ -76,6 +78,7 @@ def inexact_names(layout: Layout) -> tuple[str, ...]:
         >>> inexact_names(parse(["rms", ("median", torch.median)]).layout)
         ('median',)
     """
+    check_type(layout, Layout, "inexact_names(layout)", "a Layout (e.g. parse(...).layout)")
     out: list[str] = []
     for config in block_items(layout.spec):
         out.extend(n + config.suffix for n in config.stats if n.startswith("nvfp4_"))
@@ -162,6 +165,7 @@ def combine(stats: Sequence[Stats]) -> Stats:
         >>> {k: round(v, 4) for k, v in combine([fn(a), fn(b)]).to_dict().items()}
         {'mean': 3.0, 'std': 4.1833, 'max': 10.0}
     """
+    check_stats(stats, "combine(stats)")
     if not stats:
         raise ArgumentValueError("combine(stats): give at least one Stats")
     layout = stats[0].layout

@@ -9,6 +9,7 @@ from typing import Any, TypeAlias
 
 from torch import Tensor
 
+from .._validate import check_bool, check_count, check_int, check_number, check_type
 from ..errors import ArgumentTypeError, ArgumentValueError
 from .builtin import BUILTINS, FORMAT_NAMES
 from .formats import BLOCK_FORMATS
@@ -28,7 +29,6 @@ __all__ = [
     "parse_items",
 ]
 
-_INF = math.inf
 
 BLOCK_NAMES: tuple[str, ...] = (
     *(f"{f}_{kind}" for f in BLOCK_FORMATS for kind in ("error", "underflow")),
@@ -115,12 +115,12 @@ class Histogram:
     name: str = "hist"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bins, int) or isinstance(self.bins, bool) or self.bins < 1:
-            raise ArgumentValueError(f"histogram(bins=...) must be an int >= 1, got {self.bins!r}")
+        check_count(self.bins, "histogram(bins=...)", "bins")
         rng = self.range
+        check_type(rng, (tuple, list), "histogram(range=...)", "(lo, hi)")
+        check_bool(self.log2, "histogram(log2=...)")
         if (
-            not isinstance(rng, (tuple, list))
-            or len(rng) != 2
+            len(rng) != 2
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
             or not all(math.isfinite(v) for v in rng)
             or not rng[0] < rng[1]
@@ -129,26 +129,18 @@ class Histogram:
                 f"histogram(range=...) must be (lo, hi) with finite lo < hi, got {rng!r}"
             )
         object.__setattr__(self, "range", (float(rng[0]), float(rng[1])))
-        if self.sample_n is not None and (
-            not isinstance(self.sample_n, int)
-            or isinstance(self.sample_n, bool)
-            or self.sample_n < 1
-        ):
-            raise ArgumentValueError(
-                f"histogram(sample_n=...) must be a positive int or None, got {self.sample_n!r}"
+        check_count(self.sample_n, "histogram(sample_n=...)", "values to count", optional=True)
+        if self.reject_sigma is not None:
+            check_number(
+                self.reject_sigma,
+                "histogram(reject_sigma=...)",
+                "standard deviations, or None",
+                low=0,
+                open_low=True,
             )
-        if self.reject_sigma is not None and (
-            not isinstance(self.reject_sigma, (int, float))
-            or isinstance(self.reject_sigma, bool)
-            or not (0 < self.reject_sigma < _INF)
-        ):
-            raise ArgumentValueError(
-                "histogram(reject_sigma=...) must be a positive number or None, "
-                f"got {self.reject_sigma!r}"
-            )
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ArgumentValueError(f"histogram(seed=...) must be an int, got {self.seed!r}")
-        if not isinstance(self.name, str) or not self.name:
+        check_int(self.seed, "histogram(seed=...)")
+        check_type(self.name, str, "histogram(name=...)", "a non-empty str")
+        if not self.name:
             raise ArgumentValueError(
                 f"histogram(name=...) must be a non-empty str, got {self.name!r}"
             )
@@ -283,11 +275,7 @@ class Blocks:
         object.__setattr__(self, "stats", tuple(stats))
         if not isinstance(self.dim, int) or isinstance(self.dim, bool):
             raise ArgumentTypeError(f"blocks(dim=...) must be an int, got {self.dim!r}")
-        size = self.block_size
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-            raise ArgumentValueError(
-                f"blocks(block_size=...) must be a positive int or None, got {size!r}"
-            )
+        check_count(self.block_size, "blocks(block_size=...)", "elements per block", optional=True)
         if not isinstance(self.suffix, str):
             raise ArgumentTypeError(f"blocks(suffix=...) must be a str, got {self.suffix!r}")
 

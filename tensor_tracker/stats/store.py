@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import weakref
 from array import array
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,7 +19,8 @@ from torch import Tensor
 
 from ..core.structure import iter_leaves
 from ..errors import ArgumentValueError, TrackerStateError
-from .kernels import F64
+from .batch import RowBatch
+from .kernels import F64, REDUCED_AS_THEY_ARE, compute_dtype, flat
 from .values import Stats
 
 if TYPE_CHECKING:
@@ -99,6 +101,21 @@ class _DeviceRows:
         self.numel.append(numel)
         return row
 
+    def add_block(self, raw: Tensor, numel: list[float]) -> int:
+        """Keep the rows of `raw` (`[k, width]`, on this device), of tensors of `numel[i]`
+        elements, with one copy kernel per buffer they land in; return the first row."""
+        first = len(self.numel)
+        done = 0
+        while done < raw.shape[0]:
+            chunk, index = divmod(first + done, _CHUNK)
+            if chunk == len(self.chunks):
+                self.chunks.append(torch.empty((_CHUNK, self.width), dtype=F64, device=self.device))
+            take = min(raw.shape[0] - done, _CHUNK - index)
+            self.chunks[chunk][index : index + take].copy_(raw[done : done + take])
+            done += take
+        self.numel.extend(map(int, numel))
+        return first
+
     def get(self, row: int, layout: Layout) -> Stats:
         chunk, index = divmod(row, _CHUNK)
         return Stats(layout, self.chunks[chunk][index], self.numel[row])
@@ -177,7 +194,8 @@ class StatsStore:
         return self._seen or any(bool(b.item() != 0) for b in self._badness.values())
 
     def _note(self, raw: Tensor, device: torch.device) -> None:
-        """Add to `device`'s badness whether `raw` (on that device) shows a non-finite value."""
+        """Add to `device`'s badness whether `raw` (on that device; one raw vector, or a
+        matrix of them as rows) shows a non-finite value."""
         assert self._watch is not None
         finite, count = self._watch
         badness = self._badness.get(device)
@@ -185,9 +203,9 @@ class StatsStore:
             badness = self._badness[device] = torch.zeros((), dtype=F64, device=device)
         if finite is not None:
             # NaN unless every slot is finite.
-            badness.add_(raw[finite[0] : finite[0] + finite[1]].sum() * 0)
+            badness.add_(raw[..., finite[0] : finite[0] + finite[1]].sum() * 0)
         if count >= 0:
-            badness.add_(raw[count])
+            badness.add_(raw[..., count].sum())
 
     def notice(self, value: Any) -> None:
         """Watch (see `watch`) the `Stats` inside `value`, kept somewhere else than in the
@@ -233,6 +251,102 @@ class StatsStore:
         except RuntimeError:  # an inference-mode tensor has no version counter to trust
             self._last = None
         return ref
+
+    def put_many(self, tensors: Sequence[Tensor]) -> list[int]:
+        """`put` each of `tensors`, in batches: tensors of one device, dtype and size are
+        stacked and reduced row by row (`batch.rows_raw`: one kernel per raw number for the
+        whole batch) and kept as a block of rows. Only the built-in statistics without range
+        counts are batched (otherwise, and for empty, sparse and complex tensors, each tensor
+        goes through `put`); see `batch` for how close the results are to `put`'s. A tensor
+        object given twice (a tied parameter) is computed once and gets one reference.
+
+        Example:
+            >>> store = parse(["mean", "max"]).store()
+            >>> refs = store.put_many([torch.ones(3), torch.zeros(3), torch.ones(2)])
+            >>> [store.get(r).to_dict() for r in refs]
+            [{'mean': 1.0, 'max': 1.0}, {'mean': 0.0, 'max': 0.0}, {'mean': 1.0, 'max': 1.0}]
+        """
+        core = self._fn.batch_core
+        if core is None:
+            return [self.put(t) for t in tensors]
+        refs = [0] * len(tensors)
+        Key = tuple[torch.layout, torch.device, torch.dtype, torch.Size]
+        groups: dict[Key, list[Tensor]] = {}
+        indices: dict[Key, list[int]] = {}
+        first: dict[int, int] = {}  # id(tensor) -> its first index
+        tied: list[tuple[int, int]] = []
+        # One Python pass over the tensors (as few calls per tensor as can be: hooks run
+        # cold), the checks per group, then a few kernels per group of one shape.
+        for i, t in enumerate(tensors):
+            seen = first.setdefault(id(t), i)
+            if seen != i:
+                tied.append((i, seen))
+                continue
+            key = (t.layout, t.device, t.dtype, t.shape)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [t]
+                indices[key] = [i]
+            else:
+                group.append(t)
+                indices[key].append(i)
+        for key in list(groups):
+            layout, _, dtype, shape = key
+            if layout != torch.strided or dtype.is_complex or not math.prod(shape):
+                for i in indices.pop(key):  # empty, sparse, complex: one at a time
+                    refs[i] = self.put(tensors[i])
+                del groups[key]
+            elif not all(t.is_contiguous() for t in groups[key]):
+                # Their elements in memory order, as `put` reduces them.
+                groups[key] = [flat(t) for t in groups[key]]
+        by_device: dict[torch.device, tuple[RowBatch, list[int]]] = {}
+        with torch.no_grad():  # parameters require grad; stacking them needs no graph
+            for key, group in groups.items():
+                _, device, dtype, _ = key
+                x = torch.stack(group).view(len(group), -1)  # the tensors as rows
+                if dtype not in REDUCED_AS_THEY_ARE:
+                    x = x.to(compute_dtype(dtype))
+                batch, order = by_device.get(device) or by_device.setdefault(
+                    device, (RowBatch(core), [])
+                )
+                batch.add(x)
+                order += indices[key]
+            for device, (batch, order) in by_device.items():
+                ref = self._add_block(batch.raw(), batch.numels, device)
+                for i in order:
+                    refs[i] = ref
+                    ref += _SLOTS
+        for i, seen in tied:
+            refs[i] = refs[seen]
+        return refs
+
+    def _add_block(self, raw: Tensor, numel: list[float], device: torch.device) -> int:
+        """Keep the rows of `raw` (`[k, width]`) of tensors of `numel[i]` elements on `device`;
+        return the first row's reference (the next rows' follow, `_SLOTS` apart)."""
+        watch = self._watch
+        if device.type == "cpu":
+            part, slot = self._host or self._host_rows()
+            if len(part.numel) + raw.shape[0] > _MAX_ROWS:
+                raise TrackerStateError(_TOO_MANY_ROWS)
+            if watch is not None and not self._seen:
+                finite, count = watch
+                self._seen = (
+                    finite is not None
+                    and not bool(torch.isfinite(raw[:, finite[0] : finite[0] + finite[1]]).all())
+                ) or (count >= 0 and bool((raw[:, count] > 0).any()))
+            row = len(part.numel)
+            part.raw.extend(raw.reshape(-1).tolist())
+            part.numel.extend(map(int, numel))
+            return row << _SLOT_BITS | slot
+        if watch is not None:
+            self._note(raw, device)
+        found = self._slots.get(device)
+        slot = self._slot(device) if found is None else found
+        device_rows = self._parts[slot]
+        assert isinstance(device_rows, _DeviceRows)
+        if len(device_rows.numel) + raw.shape[0] > _MAX_ROWS:
+            raise TrackerStateError(_TOO_MANY_ROWS)
+        return device_rows.add_block(raw, numel) << _SLOT_BITS | slot
 
     def put_raw(self, raw: Tensor, numel: int) -> int:
         """Keep a raw vector computed elsewhere (`StatsFn.graph_raw`, inside a compiled

@@ -9,11 +9,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._validate import check_type
+from ..errors import ArgumentTypeError
 from .kernels import F64, NAN
 from .layout import Layout
 from .values import Stats
 
-__all__ = ["stats_table"]
+__all__ = ["check_stats", "stats_table"]
+
+
+def check_stats(stats: object, argument: str) -> None:
+    """`stats` must be a sequence of `Stats`."""
+    check_type(stats, Sequence, argument, "a list of Stats")
+    bad = next((s for s in stats if not isinstance(s, Stats)), None)  # type: ignore[attr-defined]
+    if bad is not None:
+        raise ArgumentTypeError(f"{argument} must hold Stats, found a {type(bad).__name__}")
 
 
 def stats_table(stats: Sequence[Stats]) -> dict[str, list[Any]]:
@@ -37,6 +47,7 @@ def stats_table(stats: Sequence[Stats]) -> dict[str, list[Any]]:
         >>> stats_table([a, b])
         {'mean': [1.0, nan], 'max': [1.0, 0.0], 'numel': [nan, 2.0]}
     """
+    check_stats(stats, "stats_table(stats)")
     total = len(stats)
     if total == 0:
         return {}

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._validate import check_type
 from ..errors import NotRecordedError
 from .kernels import F64, host_tensor
 from .layout import Layout
@@ -128,6 +129,7 @@ class Stats:
             >>> s.edges("hist"), s.is_log2("hist"), s["hist"]
             ((-1.0, 0.0, 1.0), True, tensor([0., 3.], dtype=torch.float64))
         """
+        check_type(name, str, "edges(name)", "a histogram's name (str)")
         return self._histogram(name).edges
 
     def is_log2(self, name: str) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import plot
+from .._validate import check_bool, check_number, check_type
 from ..data.frame import to_frame
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..persist.recording import read_recording
@@ -75,6 +76,10 @@ def live_view(
         )
     if figure not in ("history", "scale"):
         raise ArgumentValueError(f'live_view(figure=...): "history" or "scale", got {figure!r}')
+    check_type(stat, str, "live_view(stat=...)", "a statistic name (str)")
+    check_bool(grad, "live_view(grad=...)")
+    check_number(interval, "live_view(interval=...)", "seconds between reads", low=0, open_low=True)
+    check_bool(start, "live_view(start=...)")
     path = Path(path)
     panel = Panel(w)
     status = w.HTML(value="")

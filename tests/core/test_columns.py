@@ -261,3 +261,16 @@ def test_where_a_step_and_the_steps_of_sites() -> None:
     assert cols.steps_where(lambda site: site.name == "a") == [3, 7, 9]  # 9: a whole Stash
     assert cols.steps_where(lambda site: site.kind == "param") == [3, 9]
     assert Columns().steps_where(lambda site: True) == []
+
+
+def test_add_many_appends_what_add_would_one_by_one() -> None:
+    """Issue #31: batched parameter statistics land as records in one call."""
+    one, many = Columns(), Columns()
+    for cols in (one, many):
+        site = cols.site_id("0", nn.Linear, "param", "weight")
+        cols.add(site, 3, 1, 0, 7)
+    one.add(site, 0, 2, GRAD, 8)
+    one.add(site, 0, 2, 0, 9)
+    many.add_many([site, site], 2, [GRAD, 0], [8, 9])
+    for name in ("site", "call", "flags", "ref", "step_rows", "step_values"):
+        assert getattr(one, name) == getattr(many, name), name

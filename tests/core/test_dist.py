@@ -101,6 +101,40 @@ def _fsdp(rank: int) -> dict[str, Any]:
     return {"frame": gathered.to_frame(), "combined": gathered.combined()}
 
 
+def _fsdp_batched(rank: int) -> dict[str, Any]:
+    """Issue #31: parameters, gradients and AdamW's state of the local shards, recorded in
+    batches, against the statistics of copies of the same shards, one at a time."""
+    from torch.distributed.fsdp import fully_shard
+
+    from tests.core.test_batched_params import check_against_copies
+
+    model = tiny_model()
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    capture = ("outputs", "params")
+    with (
+        tensor_tracker.track(model, stats=True, capture=capture, optimizer=opt) as batched,
+        tensor_tracker.track(model, capture="params", optimizer=opt) as copies,
+    ):
+        for _ in range(2):
+            _loss(model(_tokens(rank))).backward()
+            opt.step()
+            opt.zero_grad()
+            batched.step()
+            copies.step()
+    rows = [s for s in batched if s.kind in ("param", "optimizer")]
+    return {
+        "checked": check_against_copies(batched, copies),
+        "rows": len(rows),
+        "kinds": {(s.kind, s.grad) for s in rows},
+        "local_numel": sum(
+            s.first_value.numel for s in rows if s.kind == "param" and not s.grad and s.step == 0
+        ),
+    }
+
+
 def _stream(rank: int, run_dir: Path) -> dict[str, Any]:
     model = tiny_model()
     with tensor_tracker.track(model, stats=True, stream_to=run_dir) as t:
@@ -122,6 +156,7 @@ def _worker(rank: int, port: int, out: str) -> None:
         results = {
             "ddp": _ddp(rank),
             "fsdp": _fsdp(rank),
+            "fsdp_batched": _fsdp_batched(rank),
             "stream": _stream(rank, Path(out) / "run"),
         }
         if rank == 0:
@@ -243,6 +278,17 @@ def test_fsdp_sharded_parameters_combine_to_the_whole(ranks: list[dict[str, Any]
             # float32 sums of many terms that nearly cancel: compare on the terms' scale.
             atol = 1e-5 * row.numel * max(abs(row.min), abs(row.max)) if column == "sum" else 1e-6
             assert _close(getattr(row, column), want, atol), (name, row.grad, column)
+
+
+def test_fsdp_local_shards_in_batches_match_the_per_tensor_path(
+    ranks: list[dict[str, Any]],
+) -> None:
+    whole = sum(p.numel() for p in tiny_model().parameters())
+    for seen in ranks:
+        batched = seen["fsdp_batched"]
+        assert batched["checked"] == batched["rows"] > 0
+        assert batched["kinds"] == {("param", False), ("param", True), ("optimizer", False)}
+        assert 0 < batched["local_numel"] < whole  # local shards, not the whole parameters
 
 
 def test_fsdp_outputs_combine_like_data_parallel_ones(ranks: list[dict[str, Any]]) -> None:

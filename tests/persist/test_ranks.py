@@ -12,7 +12,7 @@ import torch
 
 import tensor_tracker
 from tensor_tracker import Stash, Tracker, track
-from tensor_tracker.errors import TrackerStateError
+from tensor_tracker.errors import RecordingError, TrackerStateError
 from tensor_tracker.persist.ranks import merge, part_of
 from tests.helpers import batch, tiny_model, train
 
@@ -93,3 +93,70 @@ def test_combined_reads_statistics_kept_in_objects_too() -> None:
     assert (row["ranks"], row["numel"]) == (2, whole.numel())
     assert row["max"] == pytest.approx(whole.max().item())
     assert row["mean"] == pytest.approx(whole.mean().item())
+
+
+# Issue #26 item 2: ranks that recorded different statistics. Each rank's rows are read
+# with its own layout; a statistic a rank did not record is NaN on its rows.
+_RANK_STATS: list[object] = [
+    True,
+    ["mean", "fp16_overflow"],
+    [tensor_tracker.stats.histogram(bins=4, range=(-4.0, 4.0))],
+]
+
+
+def _check_each_rank_as_recorded(merged: Tracker, ranks: list[Tracker]) -> None:
+    frame = merged.to_frame()
+    names = {n for t in ranks for n in t._stash_fn.stash_value.names}  # type: ignore[attr-defined]
+    assert names <= set(frame.columns)
+    assert frame["rank"].tolist() == [r for r, t in enumerate(ranks) for _ in range(len(t))]
+    for r, t in enumerate(ranks):
+        mine = frame[frame["rank"] == r].reset_index(drop=True)
+        own = t.to_frame()
+        recorded = set(t._stash_fn.stash_value.names)  # type: ignore[attr-defined]
+        for name in sorted(names):
+            if name in recorded:
+                assert mine[name].tolist() == own[name].tolist(), (r, name)
+            elif name != "numel":  # every rank's element counts are known
+                assert all(
+                    torch.tensor(v, dtype=torch.float64).isnan().all() for v in mine[name]
+                ), (r, name)
+    # Values read one by one agree with the frame (the stash's own Stats).
+    own_last = ranks[2][len(ranks[2]) - 1].value[0]
+    last = merged[len(merged) - 1].value[0]
+    assert last["hist"].tolist() == own_last["hist"].tolist()
+    assert torch.isnan(last["mean"]) and int(last["numel"]) == own_last.numel
+
+
+def _ranks_with_different_statistics() -> list[Tracker]:
+    return [_run(r, stats=spec) for r, spec in enumerate(_RANK_STATS)]
+
+
+def test_gathered_ranks_with_different_statistics_keep_their_own_values() -> None:
+    ranks = _ranks_with_different_statistics()
+    parts = [pickle.loads(pickle.dumps(part_of(t.stashes, r, 3))) for r, t in enumerate(ranks)]
+    merged = Tracker._of_ranks(ranks[0]._stash_fn, parts, [])
+    _check_each_rank_as_recorded(merged, ranks)
+    with pytest.raises(TrackerStateError, match="different statistics"):
+        merged.combined()
+
+
+def test_loaded_ranks_with_different_statistics_keep_their_own_values(tmp_path: Path) -> None:
+    ranks = _ranks_with_different_statistics()
+    for r, t in enumerate(ranks):
+        t.save(tmp_path / "run" / f"rank-{r}")
+    run = tensor_tracker.load(tmp_path / "run")
+    _check_each_rank_as_recorded(run, ranks)
+    # The merged tracker saves and loads back as it is.
+    run.save(tmp_path / "merged")
+    again = tensor_tracker.load(tmp_path / "merged").to_frame()
+    assert again.drop(columns=["hist"]).equals(run.to_frame().drop(columns=["rank", "hist"])), (
+        "save/load of the merged tracker"
+    )
+
+
+def test_ranks_with_copies_and_ranks_with_statistics_do_not_merge(tmp_path: Path) -> None:
+    ranks = [_run(0, stats=True), _run(1)]
+    for r, t in enumerate(ranks):
+        t.save(tmp_path / f"rank-{r}")
+    with pytest.raises(RecordingError, match="rank 1 recorded full copies"):
+        tensor_tracker.load(tmp_path)

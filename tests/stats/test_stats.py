@@ -800,22 +800,24 @@ def test_histogram_reject_sigma_ignores_nonfinite() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "argument"),
+    ("kwargs", "argument", "error"),
     [
-        ({"bins": 0}, "bins"),
-        ({"bins": 2.5}, "bins"),
-        ({"range": (1.0, 1.0)}, "range"),
-        ({"range": (0.0, math.inf)}, "range"),
-        ({"range": (0.0,)}, "range"),
-        ({"sample_n": 0}, "sample_n"),
-        ({"sample_n": 1.5}, "sample_n"),
-        ({"reject_sigma": 0.0}, "reject_sigma"),
-        ({"reject_sigma": -1.0}, "reject_sigma"),
-        ({"name": ""}, "name"),
+        ({"bins": 0}, "bins", ValueError),
+        ({"bins": 2.5}, "bins", TypeError),  # a wrong type is a TypeError (issue #26)
+        ({"range": (1.0, 1.0)}, "range", ValueError),
+        ({"range": (0.0, math.inf)}, "range", ValueError),
+        ({"range": (0.0,)}, "range", ValueError),
+        ({"sample_n": 0}, "sample_n", ValueError),
+        ({"sample_n": 1.5}, "sample_n", TypeError),
+        ({"reject_sigma": 0.0}, "reject_sigma", ValueError),
+        ({"reject_sigma": -1.0}, "reject_sigma", ValueError),
+        ({"name": ""}, "name", ValueError),
     ],
 )
-def test_histogram_validates_arguments(kwargs: dict[str, Any], argument: str) -> None:
-    with pytest.raises(ValueError, match=f"{argument}="):
+def test_histogram_validates_arguments(
+    kwargs: dict[str, Any], argument: str, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match=f"{argument}="):
         S.histogram(**kwargs)
 
 

@@ -144,9 +144,9 @@ def test_the_graph_view_works_inside_the_notebook(usage: Any, tmp_path: Path) ->
         usage.find_element("css selector", '#graph-svg g.node[data-id="blocks.0#0"]').click()
         facts = usage.find_element("id", "node-facts").text
         assert "parameters" in facts and "float32" in facts, facts
-        columns = usage.find_elements("css selector", "#panel th.series-head")
-        assert {c.get_attribute("data-series") for c in columns} >= {"output/value", "output/grad"}
-        assert usage.find_elements("css selector", "#panel .series polyline")
+        rows = usage.find_elements("css selector", "#panel tr.series-row")
+        assert {r.get_attribute("data-series") for r in rows} >= {"output/value", "output/grad"}
+        assert usage.find_elements("css selector", "#panel .series-chart .u-over")
     finally:
         usage.switch_to.default_content()
     folder = Path(os.environ.get("TT_SCREENSHOTS", tmp_path))
