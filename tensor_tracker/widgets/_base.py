@@ -151,10 +151,14 @@ def make_viewer(
     return box
 
 
-def empty_viewer(w: Any, text: str) -> Any:
-    """A viewer with no controls that only shows `text` (why there is nothing to show)."""
+def empty_viewer(w: Any, text: str, error: bool = True) -> Any:
+    """A viewer with no controls that only shows `text` (why there is nothing to show), as
+    an error unless `error=False` (what to record, said up front)."""
     panel = Panel(w)
-    panel.note(text if text == EMPTY else error_html(text))
+    if text == EMPTY:
+        panel.note(text)
+    else:
+        panel.note(error_html(text) if error else html.escape(text))
     return make_viewer(w, {}, [], panel, lambda: None)
 
 

@@ -110,7 +110,7 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
             "track with the default copy or stats=[..., tensor_tracker.stats.histogram()].",
         )
     if not any(_binnable(s) for s in usable):
-        return empty_viewer(w, NO_HISTOGRAM)
+        return empty_viewer(w, NO_HISTOGRAM, error=False)
     names = module_order(usable)
     quiet = Quiet()
     c: dict[str, Any] = {

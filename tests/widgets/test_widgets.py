@@ -181,6 +181,7 @@ def test_histogram_viewer_recorded_histograms_fix_bins(hist_steps: Tracker) -> N
 def test_histogram_viewer_stats_without_histogram_shows_message(with_stats_steps: Tracker) -> None:
     v = widgets.histogram_viewer(with_stats_steps)
     assert shows_message(v, "exp_hist")
+    assert "b00020" not in v.message.value  # said up front, not as an error
     assert v.controls == {}  # no control that could only lead to the message
 
 
