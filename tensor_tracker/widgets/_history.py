@@ -127,7 +127,7 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     outputs = select(stashes, kind="output")
     names = module_order(outputs or stashes)
     depth = depth_layout(leaf_names(names))
-    types = {s.name: s.type.__name__ for s in stashes}
+    types = {s.name: getattr(s.type, "__name__", str(s.type)) for s in stashes}
     role = _informative_role(depth, types)
     if role is not None:
         default = [n for n, (_, r) in depth.place.items() if r == role]
