@@ -72,10 +72,10 @@ class RowBatch:
 
     Example:
         >>> batch = RowBatch(StatsFn(["mean", "max"])._core)
-        >>> batch.add(torch.tensor([[1.0, 3.0], [2.0, 2.0]]))
+        >>> batch.add(torch.tensor([[-1.0, 3.0], [2.0, 2.0]]))
         >>> batch.add(torch.tensor([[5.0]]))
-        >>> batch.raw().tolist()
-        [[2.0, 1.0, 1.0, 3.0], [2.0, 0.0, 2.0, 2.0], [5.0, 0.0, 5.0, 5.0]]
+        >>> batch.raw().tolist()  # per row: mean, spread (correction 0), min, max
+        [[1.0, 2.0, -1.0, 3.0], [2.0, 0.0, 2.0, 2.0], [5.0, 0.0, 5.0, 5.0]]
     """
 
     __slots__ = ("core", "matrices", "numels", "parts")
