@@ -126,6 +126,11 @@ def configurations() -> dict[str, tuple[Factory, float | None]]:
         "forward+grad, full copies": (lambda m: tensor_tracker.track(m), 1.15),
         "  plain reference ": (lambda m: plain(m, True, plain_copy), None),
         "forward+grad, stats=True": (lambda m: tensor_tracker.track(m, stats=True), 1.10),
+        # Issue #28: the exponent histogram; part of stats=True only if it adds <= 0.03 here.
+        "forward+grad, stats=True + exp_hist": (
+            lambda m: tensor_tracker.track(m, stats=[*stats.DEFAULT, "exp_hist"]),
+            None,
+        ),
         "  plain reference, stash_value=std": (lambda m: plain(m, True, plain_std), None),
         "  floor: minimal hooks, same statistics kernels": (_MinimalStats, None),
         "flight recorder: keep_steps=3, dtype=bfloat16 (full copies)": (
@@ -347,6 +352,13 @@ def small_models(pairs: int) -> None:
             False,
             lambda m, o: tensor_tracker.track(m, stats=True),
             1.20,
+        ),
+        (
+            "encoder d64, stats=True + exp_hist",
+            "encoder",
+            False,
+            lambda m, o: tensor_tracker.track(m, stats=[*stats.DEFAULT, "exp_hist"]),
+            None,
         ),
         (
             "encoder d64, stats=True, outputs+params, optimizer=Adam",

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from ..core.records import Stash
 from ..errors import ArgumentTypeError, ArgumentValueError
-from ..stats import NAMES, Stats, parse, stats_table
+from ..stats import EXP_HIST, NAMES, Stats, parse, stats_table
 from .select import (
     display_name,
     module_order,
@@ -276,14 +276,21 @@ def recorded_series(
     function: str = "histogram",
 ) -> tuple[list[Series], tuple[float, ...], bool]:
     """Series from recorded histogram statistics, with their bin edges and whether they are
-    log2; errors name `function`, the figure asked for."""
+    log2; errors name `function`, the figure asked for. The default `stat="hist"` reads
+    the exponent histogram (`"exp_hist"`) when that is the histogram every stash holds."""
+    if stat == "hist" and all(
+        EXP_HIST.name in st.layout.histograms and "hist" not in st.layout.histograms
+        for st in stats_list
+    ):
+        stat = EXP_HIST.name
     for s, st in zip(stashes, stats_list, strict=True):
         if stat not in st.layout.histograms:
             held = list(st.layout.histograms)
             raise ArgumentValueError(
                 f"{function}: {stash_label(s)} holds statistics without a histogram named "
                 f"{stat!r} (histograms: {held or 'none'}); track with "
-                "stats=[..., tensor_tracker.stats.histogram()], or without stats= to keep tensors"
+                'stats=[*tensor_tracker.stats.DEFAULT, "exp_hist"] (or stats.histogram()), '
+                "or without stats= to keep tensors"
             )
     edges = stats_list[0].edges(stat)
     recorded_log2 = stats_list[0].is_log2(stat)

@@ -158,11 +158,22 @@ def histogram(
             linewidth=1.0,
             label=s.legend(),
         )
+    if n_stats:
+        _fit_to_counts(ax, series, edges)
     ax.set_xlabel("log2|value|" if log2 else "value")
     ax.set_ylabel("count")
     ax.set_title(names[0] if len(series) == 1 else f"{len(series)} tensors")
     ax.legend(fontsize="small")
     return fig
+
+
+def _fit_to_counts(ax: Axes, series: list[Series], edges: list[float]) -> None:
+    """Narrow the x axis to the recorded bins that hold values, one bin either side: a
+    fixed-range histogram (`exp_hist`: 254 binades) is otherwise mostly empty."""
+    held = [i for s in series for i, v in enumerate(s.counts) if v > 0]
+    if held:
+        lo, hi = max(min(held) - 1, 0), min(max(held) + 2, len(edges) - 1)
+        ax.set_xlim(edges[lo], edges[hi])
 
 
 def _rows(series: list[Series], edges: list[float], log2: bool, ax: Axes | None) -> Figure:

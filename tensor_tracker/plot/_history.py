@@ -325,6 +325,11 @@ def histogram_heatmap(
         step_edges(steps), edges, masked, norm=norm, cmap="viridis", rasterized=True
     )
     fig.colorbar(mesh, ax=ax, label="count (log scale)")
+    if recorded:
+        # Fixed recorded bins (`exp_hist`: 254 binades) are mostly empty: show the ones
+        # holding values, one bin either side.
+        held = (counts.sum(0) > 0).nonzero().flatten().tolist()
+        ax.set_ylim(edges[max(held[0] - 1, 0)], edges[min(held[-1] + 2, len(edges) - 1)])
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(require("matplotlib.ticker", "plot").MaxNLocator(integer=True))
     ax.set_ylabel("log2|value|" if log2_used else "value")

@@ -56,6 +56,12 @@ Built-in statistic names (see `NAMES`):
   rest of its block. Costs about 16 (MX) or 19 (NVFP4) elementwise passes over the tensor
   per format, no host sync (see doc/benchmarks.md).
 
+- `exp_hist` (`EXP_HIST`): the exponent histogram, one count per power of two from
+  `2**-126` to `2**128`, plus zeros, float32 subnormals and non-finite values, so that a
+  tensor's distribution over number-format ranges can be watched over steps and every
+  format's overflow and underflow fraction read after the fact
+  (`tensor_tracker.data.format_fractions`). It is opt-in: `stats=[*DEFAULT, "exp_hist"]`.
+
 Sparse tensors (e.g. the gradient of `nn.Embedding(sparse=True)`) are summarised as the
 dense tensors they stand for: implicit zeros count as values. Complex tensors are summarised
 by their magnitudes `|z|`: `rms` and `abs_max` are then the usual complex RMS and largest
@@ -98,13 +104,24 @@ from . import formats
 from .fn import Spec, StatsFn, compute, parse
 from .layout import Layout
 from .merging import combine, inexact_names
-from .spec import BLOCK_NAMES, DEFAULT, NAMES, Blocks, Histogram, Statistic, blocks, histogram
+from .spec import (
+    BLOCK_NAMES,
+    DEFAULT,
+    EXP_HIST,
+    NAMES,
+    Blocks,
+    Histogram,
+    Statistic,
+    blocks,
+    histogram,
+)
 from .table import stats_table
 from .values import Stats
 
 __all__ = [
     "BLOCK_NAMES",
     "DEFAULT",
+    "EXP_HIST",
     "NAMES",
     "Blocks",
     "Histogram",

@@ -32,14 +32,15 @@ class HistogramFn:
         self.thresholds = Thresholds(keys)
         self._generators: dict[torch.device, torch.Generator] = {}
         lo, hi = config.range
-        # One bin per binade with integer edges inside float32's normal range: see _binades.
+        # One bin per binade with integer edges inside float32's normal range (up to 2**128,
+        # past its largest finite value): see _binades.
         binades = (
             config.log2
             and config.reject_sigma is None
             and lo == int(lo)
             and config.bins == hi - lo
             and lo >= -126
-            and hi <= 127
+            and hi <= 128
         )
         self.binade_offset = int(_F32_BIAS + lo - 1) if binades else None
 

@@ -17,6 +17,7 @@ from .formats import BLOCK_FORMATS
 __all__ = [
     "BLOCK_NAMES",
     "DEFAULT",
+    "EXP_HIST",
     "NAMES",
     "Blocks",
     "CustomName",
@@ -218,6 +219,24 @@ def histogram(
     return Histogram(bins, range, log2, sample_n, reject_sigma, seed, name)
 
 
+EXP_HIST = Histogram(bins=254, range=(-126.0, 128.0), log2=True, name="exp_hist")
+"""The built-in exponent histogram, recorded by naming `"exp_hist"` in a stats spec
+(`stats=[*stats.DEFAULT, "exp_hist"]`).
+
+One bin per power of two (binade) over float32's whole normal range: bin `i` counts the
+values with `2**(i - 126) <= |x| < 2**(i - 125)`, from `2**-126` (float32's smallest normal)
+up to `2**128` (past float32's largest finite value), 254 bins. Its extra counts are
+`exp_hist_zero` (exact zeros), `exp_hist_below` (float32 subnormals, and those of a float64
+tensor: `0 < |x| < 2**-126`), `exp_hist_above` (float64 values `>= 2**128`),
+`exp_hist_nonfinite` (NaN and ±inf together) and `exp_hist_rejected` (always 0). For a
+float32 tensor the bin of a value is its exponent field: one integer pass and one count,
+on the tensor's device, no host sync.
+
+Every number format's overflow and underflow fraction can be read from it after the fact:
+`tensor_tracker.data.format_fractions` (exact where the format's limit is a power of two;
+see there for which are bounds)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Blocks:
     """Block-format statistics over chosen blocks; make one with `blocks()`.
@@ -324,7 +343,8 @@ Item: TypeAlias = (
 
 def _bad_name_message(name: object, extra: str = "") -> str:
     return (
-        f"stats=: unknown statistic {name!r}. Built-in names: {', '.join(NAMES)}. "
+        f"stats=: unknown statistic {name!r}. Built-in names: {', '.join(NAMES)}, "
+        '"exp_hist" (the exponent histogram). '
         'Custom statistics can be passed as ("name", fn) pairs, e.g. '
         'stats=["mean", ("l1", lambda t: t.abs().sum())], or histogram(...).' + extra
     )
@@ -353,7 +373,9 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks]:
         hint = f" To pass one custom statistic, wrap the pair in a list: stats=[({spec[0]!r}, fn)]."
     items: list[str | Statistic | Histogram | Blocks] = []
     for item in spec:
-        if isinstance(item, str):
+        if isinstance(item, str) and item == EXP_HIST.name:
+            items.append(EXP_HIST)
+        elif isinstance(item, str):
             if item not in NAMES:
                 raise ArgumentValueError(_bad_name_message(item, hint))
             items.append(item)

@@ -30,6 +30,7 @@ __all__ = [
     "default_stat",
     "empty_viewer",
     "error_html",
+    "histogram_name",
     "ipywidgets_module",
     "make_viewer",
     "module_options",
@@ -150,10 +151,14 @@ def make_viewer(
     return box
 
 
-def empty_viewer(w: Any, text: str) -> Any:
-    """A viewer with no controls that only shows `text` (why there is nothing to show)."""
+def empty_viewer(w: Any, text: str, error: bool = True) -> Any:
+    """A viewer with no controls that only shows `text` (why there is nothing to show), as
+    an error unless `error=False` (what to record, said up front)."""
     panel = Panel(w)
-    panel.note(text if text == EMPTY else error_html(text))
+    if text == EMPTY:
+        panel.note(text)
+    else:
+        panel.note(error_html(text) if error else html.escape(text))
     return make_viewer(w, {}, [], panel, lambda: None)
 
 
@@ -220,6 +225,17 @@ def stat_options(stashes: Sequence[Stash]) -> list[str]:
     if has_tensors:
         options += [n for n in NAMES if n not in recorded]
     return options
+
+
+def histogram_name(stashes: Sequence[Stash]) -> str:
+    """The recorded histogram a viewer shows: `"hist"` (what `histogram()` records) when
+    there is one, else the first one recorded (e.g. `"exp_hist"`), else `"hist"`."""
+    found: dict[str, None] = {}
+    for s in stashes:
+        value = shown_value(s)
+        if isinstance(value, Stats):
+            found.update(dict.fromkeys(value.layout.histograms))
+    return "hist" if "hist" in found or not found else next(iter(found))
 
 
 def default_stat(options: Sequence[str]) -> str | None:

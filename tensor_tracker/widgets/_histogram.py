@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import plot
 from ..core.records import Stash
+from ..data.exponents import RECORD_HINT
 from ..data.select import (
     ROOT_LABEL,
     display_name,
@@ -27,6 +28,7 @@ from ._base import (
     Panel,
     Quiet,
     empty_viewer,
+    histogram_name,
     ipywidgets_module,
     make_viewer,
     module_options,
@@ -35,7 +37,20 @@ from ._base import (
     set_options,
 )
 
-__all__ = ["BIN_CHOICES", "histogram_viewer"]
+__all__ = ["BIN_CHOICES", "NO_HISTOGRAM", "histogram_viewer"]
+
+NO_HISTOGRAM = (
+    "This run recorded statistics without a histogram; "
+    + RECORD_HINT
+    + " (or track(model) without stats= to keep tensors)."
+)
+"""What the viewer says, in place of its controls, for statistics without a histogram."""
+
+
+def _binnable(stash: Stash) -> bool:
+    value = shown_value(stash)
+    return not isinstance(value, Stats) or bool(value.layout.histograms)
+
 
 BIN_CHOICES = (8, 16, 32, 64, 128, 256)
 """The bin counts the histogram viewer offers."""
@@ -57,8 +72,10 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
     - `"bins"` (ToggleButtons): number of bins, one of `BIN_CHOICES` (8 to 256, doubling:
       each choice a click, where a slider over 1..256 jumps dozens of bins per pixel).
 
-    Stashes recorded with `stats=[..., tensor_tracker.stats.histogram()]` show their recorded
-    bins (`log2` and `bins` are then fixed by the recording).
+    Stashes recorded with `stats=[..., "exp_hist"]` or `stats=[...,
+    tensor_tracker.stats.histogram()]` show their recorded bins (`log2` and `bins`, fixed
+    by the recording, are then hidden). Statistics without a histogram (`stats=True`) can
+    show none: the viewer says in one line how to record one, and shows no controls.
 
     Args:
         tracker: a `Tracker` or a list of `Stash`.
@@ -92,6 +109,8 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
             "No stash holds a tensor or statistics (e.g. values of a custom stash_value); "
             "track with the default copy or stats=[..., tensor_tracker.stats.histogram()].",
         )
+    if not any(_binnable(s) for s in usable):
+        return empty_viewer(w, NO_HISTOGRAM, error=False)
     names = module_order(usable)
     quiet = Quiet()
     c: dict[str, Any] = {
@@ -193,12 +212,15 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
             )
         stash = chosen[0]
         recorded = isinstance(shown_value(stash), Stats)
-        c["log2"].disabled = c["bins"].disabled = recorded
+        # Recorded bins are fixed: controls that could not change them are not shown.
+        hidden = "none" if recorded else ""
+        c["log2"].layout.display = c["bins"].layout.display = hidden
         return plot.histogram(
             stash,
             bins=c["bins"].value,
             log2=None if recorded else c["log2"].value,
             labels=[stash_label(stash, step=True, call=True)],
+            stat=histogram_name([stash]),
         )
 
     def redraw() -> None:

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from .. import plot
 from .._optional import require
-from ..data.depth import depth_layout, leaf_names
+from ..data.depth import Depth, depth_layout, leaf_names
 from ..data.history import statistics_frame
 from ..data.select import (
     first_stashes,
@@ -18,7 +18,7 @@ from ..data.select import (
     shown_value,
 )
 from ..errors import ArgumentValueError
-from ..plot._figure import fixed_margins
+from ..plot._figure import DEFAULT_FORMATS, fixed_margins
 from ..stats import Stats
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ from ._base import (
     Quiet,
     default_stat,
     empty_viewer,
+    histogram_name,
     ipywidgets_module,
     make_viewer,
     module_options,
@@ -42,9 +43,28 @@ __all__ = ["history_viewer"]
 
 NO_HISTOGRAMS = (
     "The histogram heatmap below the history needs histograms over steps: track with "
-    "<code>stats=[..., tensor_tracker.stats.histogram()]</code>, or without "
-    "<code>stats=</code> to keep full tensors."
+    '<code>stats=[*tensor_tracker.stats.DEFAULT, "exp_hist"]</code> (or '
+    "<code>stats.histogram()</code>), or without <code>stats=</code> to keep full tensors."
 )
+
+_LEARNED = ("Linear", "Conv", "Embedding")
+"""Module types whose outputs differ from block to block (a norm's outputs look alike)."""
+
+
+def _informative_role(depth: Depth, types: dict[str, str]) -> str | None:
+    """For a model of repeated blocks, the role to open on: the first whose modules are
+    learned projections (a Linear, a convolution), else the first role with a module in
+    two blocks or more; None without blocks."""
+    if not depth.grouped:
+        return None
+    members: dict[str, list[str]] = {}
+    for name, (_, role) in depth.place.items():
+        if role is not None:
+            members.setdefault(role, []).append(name)
+    repeated = [r for r in depth.roles if len(members.get(r, ())) >= 2]
+    learned = [r for r in repeated if any(k in types.get(members[r][0], "") for k in _LEARNED)]
+    chosen = learned or repeated
+    return chosen[0] if chosen else None
 
 
 def history_viewer(tracker: Any) -> ipywidgets.VBox:
@@ -54,9 +74,12 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     Controls (keys of `viewer.controls`):
 
     - `"stat"` (Dropdown): the statistic (default `"rms"`).
-    - `"modules"` (SelectMultiple): the modules drawn as lines; default the numbered layers
-      (names ending in a number, e.g. `blocks.0`, `blocks.1`), else the first 8 modules.
-      Hidden when there is only one module.
+    - `"modules"` (SelectMultiple): the modules drawn as lines. For a model of repeated
+      blocks it opens on one role across the blocks (the first learned projection, e.g.
+      `attention.self.query` in every layer of a BERT), showing gradients when they were
+      recorded: block outputs after a LayerNorm look alike, their gradients and
+      projections do not. Otherwise the numbered layers (names ending in a number), else
+      the first 8 modules. Hidden when there is only one module.
     - `"search"` (Text): a substring or regex that narrows the `"modules"` list (the
       selection is kept).
     - `"role"` (Dropdown, for models with repeated blocks such as `encoder.layer.0` …
@@ -64,6 +87,8 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
       select that module in every block.
     - `"grad"` (ToggleButtons): forward values (`False`) or gradients (`True`); applies to
       both figures.
+    - `"limits"` (Checkbox, off): draw the fp16/bf16/fp8 limit lines. Off, the y axis fits
+      the data, so that trends show; on, it spans the formats' limits too.
     - `"heatmap_module"` (Dropdown): the module of the heatmap. Its histograms come from
       `stats=[..., tensor_tracker.stats.histogram()]` or are binned from full tensors;
       without either, it is hidden and a note says so in place of the heatmap.
@@ -101,8 +126,15 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     options = stat_options(stashes)
     outputs = select(stashes, kind="output")
     names = module_order(outputs or stashes)
-    default = [n for n in names if NUMBERED.search(n)] or names[:8]
     depth = depth_layout(leaf_names(names))
+    types = {s.name: getattr(s.type, "__name__", str(s.type)) for s in stashes}
+    role = _informative_role(depth, types)
+    if role is not None:
+        default = [n for n, (_, r) in depth.place.items() if r == role]
+    else:
+        default = [n for n in names if NUMBERED.search(n)] or names[:8]
+    has_grads = any(s.grad for s in stashes if s.name in default)
+    hist_stat = histogram_name(stashes)
     c: dict[str, Any] = {
         "stat": w.Dropdown(options=options, value=default_stat(options), description="statistic"),
         "modules": w.SelectMultiple(
@@ -111,10 +143,13 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         "search": w.Text(value="", placeholder="filter modules (regex)", description="search"),
         "role": w.Dropdown(
             options=[("(choose)", "")] + [(r, r) for r in depth.roles],
-            value="",
+            value=role or "",
             description="role",
         ),
-        "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=False),
+        "grad": w.ToggleButtons(
+            options=[("forward", False), ("gradient", True)], value=role is not None and has_grads
+        ),
+        "limits": w.Checkbox(value=False, description="format limits", indent=False),
         "heatmap_module": w.Dropdown(
             options=module_options(names), value=default[0], description="heatmap"
         ),
@@ -160,7 +195,10 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         else:
             chosen = tracker
         with fixed_margins():
-            return plot.history(chosen, stat=stat, names=modules, grad=c["grad"].value)
+            formats = DEFAULT_FORMATS if c["limits"].value else ()
+            return plot.history(
+                chosen, stat=stat, names=modules, grad=c["grad"].value, formats=formats
+            )
 
     def search() -> None:
         shown = match_names(names, c["search"].value)
@@ -179,7 +217,9 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
             c["modules"].value = tuple(chosen)
 
     def draw_heatmap() -> Figure:
-        return plot.histogram_heatmap(tracker, c["heatmap_module"].value, grad=c["grad"].value)
+        return plot.histogram_heatmap(
+            tracker, c["heatmap_module"].value, grad=c["grad"].value, stat=hist_stat
+        )
 
     def redraw_history() -> None:
         panel.show(draw_history)
@@ -197,12 +237,16 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         redraw_heatmap()
 
     quiet = Quiet()
-    observe([c["stat"], c["modules"]], lambda: None if quiet.active else redraw_history())
+    observe(
+        [c["stat"], c["modules"], c["limits"]], lambda: None if quiet.active else redraw_history()
+    )
     observe([c["search"]], search)
     observe([c["role"]], pick_role)
     observe([c["heatmap_module"]], redraw_heatmap)
     observe([c["grad"]], redraw)
-    rows = [w.HBox([w.VBox([c["stat"], c["grad"], c["role"], c["search"]]), c["modules"]])]
+    rows = [
+        w.HBox([w.VBox([c["stat"], c["grad"], c["role"], c["search"], c["limits"]]), c["modules"]])
+    ]
     box = make_viewer(w, c, rows, panel, redraw)
     box.children = (*box.children, c["heatmap_module"], heat.box)
     box.heatmap_message = heat.message

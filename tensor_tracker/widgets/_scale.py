@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import plot
 from ..data.select import first_stashes, recorded_steps
-from ..plot._figure import fixed_margins
+from ..plot._figure import DEFAULT_FORMATS, fixed_margins
 
 if TYPE_CHECKING:
     import ipywidgets
@@ -36,6 +36,8 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
       statistic for full-tensor stashes (default `"rms"`).
     - `"kind"` (Dropdown): `output`, `input`, `param` or `optimizer` (those recorded).
     - `"step"` (Dropdown): the step (default: the last one).
+    - `"limits"` (Checkbox, on): draw the fp16/bf16/fp8 limit lines; off, the y axis fits
+      the data alone.
 
     Args:
         tracker: a `Tracker` or a list of `Stash`.
@@ -70,6 +72,7 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
         "stat": w.Dropdown(options=options, value=default_stat(options), description="statistic"),
         "kind": w.Dropdown(options=kinds, value=kind, description="kind"),
         "step": w.Dropdown(options=steps, value=steps[-1], description="step"),
+        "limits": w.Checkbox(value=True, description="format limits", indent=False),
     }
     panel = Panel(w)
     quiet = Quiet()
@@ -77,7 +80,11 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
     def draw() -> Figure:
         with fixed_margins():  # constrained layout would take most of a redraw's time
             return plot.scale_plot(
-                tracker, stat=c["stat"].value, kind=c["kind"].value, step=c["step"].value
+                tracker,
+                stat=c["stat"].value,
+                kind=c["kind"].value,
+                step=c["step"].value,
+                formats=DEFAULT_FORMATS if c["limits"].value else (),
             )
 
     def redraw() -> None:
@@ -92,7 +99,8 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
         redraw()
 
     c["kind"].observe(lambda _change: on_kind(), names="value")
-    observe([c["stat"], c["step"]], redraw)
-    box = make_viewer(w, c, [w.HBox([c["stat"], c["kind"], c["step"]])], panel, redraw)
+    observe([c["stat"], c["step"], c["limits"]], redraw)
+    row = w.HBox([c["stat"], c["kind"], c["step"], c["limits"]])
+    box = make_viewer(w, c, [row], panel, redraw)
     box.redraw()
     return box

@@ -683,7 +683,10 @@ def test_histogram_heatmap_from_recorded_histograms(hist_steps: Tracker) -> None
     assert counts.shape == (len(edges) - 1, 3)
     assert counts.filled(0)[:, 2].tolist() == recorded["hist"].tolist()
     assert ax.get_ylabel() == "log2|value|"
-    assert ax.get_ylim() == (edges[0], edges[-1])
+    # The y axis spans the bins holding values at some step, one bin either side.
+    held = [i for i, row in enumerate(counts.filled(0).tolist()) if any(row)]
+    below, above = max(held[0] - 1, 0), min(held[-1] + 2, len(edges) - 1)
+    assert ax.get_ylim() == (edges[below], edges[above])
 
 
 def test_histogram_heatmap_bins_full_tensors_per_step(full_steps: Tracker) -> None:
@@ -753,3 +756,12 @@ def test_scale_plot_of_a_block_format_error_draws_its_floor() -> None:
     }
     with pytest.raises(ValueError, match="no fixed range"):
         plot.scale_plot(t, formats=["nvfp4"])
+
+
+def test_histogram_figures_read_the_exponent_histogram_by_default() -> None:
+    model = tiny_model()
+    t = train(model, track(model, stats=["rms", "exp_hist"]), steps=2)
+    fig = plot.histogram(find(t, "blocks.0", grad=True, step=1))
+    assert fig.axes[0].get_xlabel() == "log2|value|"
+    heat = plot.histogram_heatmap(t, "blocks.0", grad=True)
+    assert mesh(heat.axes[0]).get_array().shape == (254, 2)

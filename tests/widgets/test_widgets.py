@@ -174,13 +174,15 @@ def test_histogram_viewer_integer_and_single_element_tensors() -> None:
 def test_histogram_viewer_recorded_histograms_fix_bins(hist_steps: Tracker) -> None:
     v = widgets.histogram_viewer(hist_steps)
     v.controls["module"].value = "blocks.0"
-    assert v.controls["bins"].disabled and v.controls["log2"].disabled
+    assert v.controls["bins"].layout.display == v.controls["log2"].layout.display == "none"
     assert v.figure.axes[0].get_xlabel() == "log2|value|"
 
 
 def test_histogram_viewer_stats_without_histogram_shows_message(with_stats_steps: Tracker) -> None:
     v = widgets.histogram_viewer(with_stats_steps)
-    assert shows_message(v, "stats.histogram()")
+    assert shows_message(v, "exp_hist")
+    assert "b00020" not in v.message.value  # said up front, not as an error
+    assert v.controls == {}  # no control that could only lead to the message
 
 
 # -- scale_viewer ------------------------------------------------------------------------
@@ -284,7 +286,8 @@ def test_umap_viewer_needs_full_tensors(with_stats_steps: Tracker) -> None:
 def test_history_viewer_stat_and_modules_redraw(hist_steps: Tracker) -> None:
     v = widgets.history_viewer(hist_steps)
     ax = v.figure.axes[0]
-    assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["blocks.0", "blocks.1"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()][:2]
+    assert legend == ["blocks.0.attn.qkv", "blocks.1.attn.qkv"]
     v.controls["stat"].value = "abs_max"
     assert v.figure.axes[0].get_ylabel() == "log2(abs_max)"
     v.controls["modules"].value = ("embed",)
@@ -293,16 +296,20 @@ def test_history_viewer_stat_and_modules_redraw(hist_steps: Tracker) -> None:
 
 def test_history_viewer_heatmap_module_redraws(hist_steps: Tracker) -> None:
     v = widgets.history_viewer(hist_steps)
-    assert title(v, "heatmap_figure").startswith("blocks.0 (fwd)")
+    assert title(v, "heatmap_figure").startswith("blocks.0.attn.qkv (grad)")
+    v.controls["grad"].value = False
     v.controls["heatmap_module"].value = "norm"
     assert title(v, "heatmap_figure").startswith("norm (fwd)")
 
 
 def test_history_viewer_grad_toggle_redraws_both(full_steps: Tracker) -> None:
     v = widgets.history_viewer(full_steps)
+    v.controls["grad"].value = False
+    assert "gradients" not in title(v)
+    assert title(v, "heatmap_figure").startswith("blocks.0.attn.qkv (fwd)")
     v.controls["grad"].value = True
     assert "gradients" in title(v)
-    assert title(v, "heatmap_figure").startswith("blocks.0 (grad)")
+    assert title(v, "heatmap_figure").startswith("blocks.0.attn.qkv (grad)")
 
 
 def test_history_viewer_without_histograms_explains_heatmap(with_stats_steps: Tracker) -> None:
@@ -310,7 +317,7 @@ def test_history_viewer_without_histograms_explains_heatmap(with_stats_steps: Tr
     assert v.figure is not None
     assert v.heatmap_figure is None
     note = v.heatmap_message.value
-    assert "heatmap" in note and "stats.histogram()" in note
+    assert "heatmap" in note and "exp_hist" in note
     assert "b00020" not in note  # said up front, not as an error
     assert v.controls["heatmap_module"].layout.display == "none"
 
