@@ -5,6 +5,7 @@ install; `./dev ci` installs them."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,3 +41,14 @@ def browser() -> Iterator[Any]:
 def console_errors(browser: Any) -> list[str]:
     """The console's errors since the last call (Chromium's SEVERE log entries)."""
     return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def wait_for(browser: Any, script: str, timeout: float = 20.0) -> Any:
+    """The first truthy value `script` returns, polled every 50 ms; fails after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = browser.execute_script(script)
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for: {script}")

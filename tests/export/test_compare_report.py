@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,7 @@ from torch import nn
 
 import tensor_tracker
 from tests.browser import browser, console_errors  # noqa: F401  (the fixture)
-
-
-def _wait(browser: Any, script: str, timeout: float = 20.0) -> Any:  # noqa: F811
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = browser.execute_script(script)
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for: {script}")
+from tests.browser import wait_for as _wait
 
 
 def _comparison() -> tuple[tensor_tracker.Comparison, nn.Module, torch.Tensor]:

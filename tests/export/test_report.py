@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from torch import Tensor, nn
 import tensor_tracker
 from tensor_tracker import track
 from tests.browser import browser, console_errors  # noqa: F401  (the fixture)
+from tests.browser import wait_for as _wait
 
 
 def _run() -> Any:
@@ -69,16 +69,6 @@ def _table_fmt(values: list[float]) -> Any:
         return f"{mantissa}e{'+' if int(exponent) >= 0 else '-'}{abs(int(exponent))}"
 
     return fmt
-
-
-def _wait(browser: Any, script: str, timeout: float = 20.0) -> Any:  # noqa: F811
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = browser.execute_script(script)
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for: {script}")
 
 
 @pytest.mark.slow
