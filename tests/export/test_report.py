@@ -113,7 +113,10 @@ def test_the_report_shows_what_was_recorded(tmp_path: Path, browser: Any) -> Non
             "s.dispatchEvent(new Event('input'));",
             step,
         )
-        assert browser.find_element(By.ID, "step-value").text == str(step)
+        # The slider redraws on the next animation frame (coalescing fast drags), and
+        # drawStep sets the label and the table in one task: once the label shows the
+        # step, the table does too.
+        _wait(browser, f"return document.getElementById('step-value').textContent === '{step}'")
         rows = frame[(frame["name"] == "2") & (frame["step"] == step)]
         shown = ["rms", "abs_max", "std", "mean", "min", "max"]
         means = rows.groupby(["kind", "attr", "grad"])[shown].mean()
