@@ -83,7 +83,7 @@ class Tracker(Recorder):
         """
         self._sync()
         stats_fn = getattr(self._stash_fn, "stash_value", None)
-        names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
+        names = (stats_fn.names + stats_fn.layout.vectors) if isinstance(stats_fn, StatsFn) else ()
         frame = to_frame(self.stashes, stat, stat_name, names)
         ranks = self._ranks()
         if ranks is not None:
