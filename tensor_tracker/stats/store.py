@@ -331,6 +331,17 @@ class StatsStore:
             stats.vectors = tuple(rows.get(slot, row) for rows in self._vectors)
         return stats
 
+    def vector_bytes(self, refs: Tensor) -> list[tuple[list[int], bytes]] | None:
+        """The vectors of the rows `refs` as `add_host_rows` takes them (per statistic:
+        lengths and float64 bytes); `None` when there are none."""
+        if not self._vectors:
+            return None
+        out = []
+        for vectors in self.vector_table(refs).values():
+            data = torch.cat(vectors) if vectors else torch.empty(0, dtype=F64)
+            out.append(([len(v) for v in vectors], data.numpy().tobytes()))
+        return out
+
     def vector_table(self, refs: Tensor) -> dict[str, list[Tensor]]:
         """The statistics per channel / per sample (`layout.vectors`) of the rows `refs`
         (int64): `{name: [1-D float64 CPU tensor per ref]}`, read with one transfer per
