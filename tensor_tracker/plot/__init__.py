@@ -7,6 +7,8 @@
 - `compare`: where two runs differ (`tensor_tracker.compare`): the error of every module,
   forward and backward, with both runs' scales.
 - `histogram_heatmap`: one module's histogram over training steps.
+- `channel_map`: a statistic per channel (`stats.per_channel`) of every module, channels x
+  modules on a log colour scale: outlier channels stand out.
 - `module_graph`, `autograd_graph`: a level of `tensor_tracker.module_graph`, or the
   operations of `tensor_tracker.autograd_graph`, as a figure (PNG/PDF with `fig.savefig`).
 
@@ -27,6 +29,7 @@ Example:
 """
 
 from ..data.embedding import MAX_TOKENS, default_layers
+from ._channels import channel_map
 from ._compare import compare
 from ._embedding import umap_plot
 from ._figure import DEFAULT_FORMATS
@@ -40,6 +43,7 @@ __all__ = [
     "MAX_HEIGHT",
     "MAX_TOKENS",
     "autograd_graph",
+    "channel_map",
     "compare",
     "default_layers",
     "histogram",
