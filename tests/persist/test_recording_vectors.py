@@ -134,7 +134,7 @@ def test_a_hostile_vectors_column_is_refused(tmp_path: Path, change: Any) -> Non
     model = _model()
     _train(track(model, stats=SPEC), model).save(tmp_path / "run")
     _hostile(tmp_path / "run", change)
-    with pytest.raises(RecordingError, match="records.blocks"):
+    with pytest.raises(RecordingError, match=r"records\.blocks"):
         load(tmp_path / "run")
 
 
