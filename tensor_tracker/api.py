@@ -183,7 +183,8 @@ class Tracker(Recorder):
         `to_frame()` with `ranks` 1.
 
         Counts, sums, means, spreads, extremes, non-finite counts, format fractions and
-        histograms combine exactly; custom statistics cannot (NaN); see
+        histograms combine exactly; custom statistics cannot (NaN); statistics per
+        channel or per sample are left out (each rank's own are in `to_frame()`); see
         `tensor_tracker.stats.combine`. It suits tensors split across ranks: a
         data-parallel batch's activations and their gradients, FSDP's parameter shards.
         Replicated tensors (DDP's parameters, a `DTensor` with a `Replicate` placement)

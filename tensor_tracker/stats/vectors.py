@@ -163,7 +163,8 @@ class _DeviceVectors:
 
     @property
     def nbytes(self) -> int:
-        return sum(self.sizes) * 8 + len(self.start) * 16
+        # The values kept, like the store's rows (not the chunks' unused room).
+        return sum(self.length) * 8 + len(self.start) * 16
 
 
 class VectorRows:
