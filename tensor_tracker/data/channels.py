@@ -54,6 +54,13 @@ class ChannelTable:
             over the calls of a step (the mean for `mean_per_channel`); NaN where a module
             was not recorded at a step, and past a module's own width.
         widths: each module's number of channels (its widest record).
+
+    Example:
+        >>> import numpy as np
+        >>> values = np.array([[[1.0, 2.0], [3.0, 0.5]]])  # 1 module, 2 steps, 2 channels
+        >>> table = ChannelTable("abs_max_per_channel", False, ("fc",), (0, 1), values, (2,))
+        >>> table.over_steps().tolist()
+        [[3.0, 2.0]]
     """
 
     column: str
