@@ -189,3 +189,27 @@ def test_argument_errors_name_the_argument(call: object, error: type, argument: 
 def test_two_items_of_one_name_are_refused() -> None:
     with pytest.raises(ArgumentValueError, match="abs_max_per_channel"):
         stats.parse([stats.per_channel("abs_max"), stats.per_channel("abs_max", dim=0)])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_no_host_sync_on_cuda_and_one_transfer_to_read() -> None:
+    fn = stats.parse([*stats.DEFAULT, stats.per_channel("abs_max"), stats.per_sample("rms")])
+    store = fn.store()
+    x = torch.randn(8, 16, 32, device="cuda")
+    inputs = [x, x.half(), x[:, :5], x.transpose(1, 2), x[:0]]
+    for t in inputs:  # warm-up
+        fn(t.clone())
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    try:
+        torch.cuda.set_sync_debug_mode("error")
+        refs = [store.put(t.clone()) for t in inputs]
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    table = store.vector_table(torch.tensor(refs))
+    assert [len(v) for v in table["abs_max_per_channel"]] == [32, 32, 32, 16, 0]
+    np.testing.assert_allclose(
+        table["rms_per_sample"][2].numpy(),
+        _reference(x[:, :5].cpu().numpy(), "rms", 0),
+        rtol=1e-6,
+    )
