@@ -386,8 +386,11 @@ def per_channel(stat: str, dim: int = -1) -> PerAxis:
 
     Widths: each record keeps its own width (the size of `dim` in that tensor), so a
     module whose outputs change shape (a variable sequence length with `dim=1`, a last
-    smaller batch with `per_sample`) records them all. A tensor without dimension `dim`
-    (a 0-d scalar, a bias with `dim=1`) or with no values gives an empty vector.
+    smaller batch with `per_sample`) records them all. (Fixing each module's width at its
+    first call would leave two bad choices for such a record: raise in the middle of a
+    run, or cut and pad the vector into numbers never computed; a length per record costs
+    8 bytes.) A tensor without dimension `dim` (a 0-d scalar, a bias with `dim=1`) or
+    with no values gives an empty vector.
 
     Statistics: `abs_max` (largest |x|), `rms` (`sqrt(mean(x**2))`), `mean`, `abs_mean`
     (`mean(|x|)`), each over the values sharing that index. NaN propagates into the
