@@ -346,6 +346,8 @@ class StatsStore:
         """The statistics per channel / per sample (`layout.vectors`) of the rows `refs`
         (int64): `{name: [1-D float64 CPU tensor per ref]}`, read with one transfer per
         device; `{}` when there are none."""
+        if not self._vectors:
+            return {}
         where = list(
             zip((refs & (_SLOTS - 1)).tolist(), (refs >> _SLOT_BITS).tolist(), strict=True)
         )
