@@ -339,7 +339,7 @@ class _MinimalBlockStats(_MinimalStats):
 
 class _MinimalChannelStats(_MinimalStats):
     """The floor of the per-channel row: `_MinimalStats`' four numbers, then the largest
-    magnitude per channel (last dimension) in one reduction, kept as a tensor."""
+    magnitude per channel (last dimension), |x| and one reduction, kept as a tensor."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
@@ -349,9 +349,7 @@ class _MinimalChannelStats(_MinimalStats):
         super()._stats(tensor)
         x = tensor.detach()
         dims = tuple(range(x.dim() - 1))
-        self.vectors.append(
-            torch.linalg.vector_norm(x, float("inf"), dim=dims) if dims else x.abs()
-        )
+        self.vectors.append(x.abs().amax(dim=dims) if dims else x.abs())
 
 
 class _MinimalSums(_MinimalStats):
