@@ -16,7 +16,7 @@ from torch import Tensor
 from .._optional import require
 from .._validate import check_int, check_number, check_type
 from ..errors import ArgumentValueError
-from ..stats import DEFAULT, Statistic
+from ..stats import DEFAULT, Statistic, per_channel
 from ..stats.formats import BLOCK_FORMATS, FORMATS
 from .channels import DEFAULT_OUTLIER_RATIO, outlier_channels, table_of_frame
 from .frame import holds_copies, recording_frame, to_frame
@@ -54,16 +54,18 @@ diagnosis_stats: tuple[str | Statistic, ...] = (
     "bf16_overflow",
     "bf16_underflow",
     Statistic("dead_frac", dead_fraction),
+    per_channel("abs_max"),
 )
 """A `stats=` spec that gives `diagnose` everything it reads from activations and gradients:
-the default statistics, the fp16/bf16 overflow and underflow fractions and `dead_frac`
-(`dead_fraction`). Add `"fp8_e4m3_overflow"` etc. to check fp8 too.
+the default statistics, the fp16/bf16 overflow and underflow fractions, `dead_frac`
+(`dead_fraction`) and the largest magnitude per channel (`per_channel("abs_max")`, for
+the outlier channels check). Add `"fp8_e4m3_overflow"` etc. to check fp8 too.
 
 Example:
     >>> with tensor_tracker.track(model, stats=tensor_tracker.diagnosis_stats) as t:
     ...     model(x).square().mean().backward()
     >>> sorted(t.to_frame().columns)[:4]
-    ['abs_max', 'attr', 'bf16_overflow', 'bf16_underflow']
+    ['abs_max', 'abs_max_per_channel', 'attr', 'bf16_overflow']
 """
 
 
@@ -702,7 +704,8 @@ def diagnose(
       `update_size` (the usual value is ~1e-3), naming the parameters.
     - `outlier_channels`: module outputs with a channel whose `abs_max` passes
       `outlier_ratio` times the median channel of the same module at the same step (record
-      `tensor_tracker.stats.per_channel("abs_max")`, or full copies: channels are the last
+      `tensor_tracker.stats.per_channel("abs_max")`, as `diagnosis_stats` does, or full
+      copies: channels are the last
       dimension), one finding per module naming the channels and the steps, in forward
       order: a channel carried by a residual stream shows in every module after the one
       that writes it, so the first finding is where it appears (see
