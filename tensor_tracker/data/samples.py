@@ -405,7 +405,13 @@ def _read(
         t.shape[batch_dim] for t in tensors.values() if -t.dim() <= batch_dim < t.dim()
     ).most_common(1)[0][0]
     kept_names, rows, shapes, rms, abs_max = [], [], [], [], []
-    for name in module_order(found):
+    # Gradients too in the order the modules ran forward (not that of the backward pass).
+    order = (
+        module_order(select_from(recording, f"{caller}(recording)", names=names, step=step))
+        if grad
+        else module_order(found)
+    )
+    for name in order:
         if name not in tensors:
             continue
         t = tensors[name]

@@ -93,7 +93,7 @@ def sample_plot(
     peak = max(peak, linthresh * 10)
     norm = colors.SymLogNorm(linthresh=linthresh, vmin=-peak, vmax=peak, base=10)
 
-    fig = new_figure((min(MAX_WIDTH, 10.0), min(14.0, 3.2 + 0.16 * n)))
+    fig = new_figure((min(MAX_WIDTH, 10.0), min(14.0, max(4.8, 2.6 + 0.16 * n))))
     heat_ax, bar_ax = fig.subplots(2, 1, height_ratios=[max(2.0, 0.16 * n), 1.4])
     # Grey where a module has fewer channels than the widest one.
     cmap = require("matplotlib", "plot").colormaps["RdBu_r"].with_extremes(bad="#eeeeee")
@@ -119,7 +119,7 @@ def sample_plot(
         f"sample {values.sample}: {what} values per channel ({where}), step {values.step}",
         fontsize="medium",
     )
-    bar = fig.colorbar(image, ax=heat_ax, fraction=0.04, pad=0.02)
+    bar = fig.colorbar(image, ax=heat_ax, fraction=0.04, pad=0.02, ticks=_ticks(linthresh, peak))
     bar.set_label("value (symmetric log scale)")
 
     score = values.stats.score(stat)
@@ -132,6 +132,10 @@ def sample_plot(
     bars[values.sample].set_edgecolor("black")
     bars[values.sample].set_linewidth(1.5)
     bar_ax.set_yscale("log")
+    ticker = require("matplotlib.ticker", "plot")
+    times = ticker.FuncFormatter(lambda v, _: f"{v:g}x")
+    bar_ax.yaxis.set_major_formatter(times)
+    bar_ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     bar_ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
     bar_ax.set_xlim(-0.6, len(shown) - 0.4)
     bar_ax.set_xlabel("sample (batch index)")
@@ -144,3 +148,14 @@ def sample_plot(
     if len(shown) <= 32:
         bar_ax.set_xticks(range(len(shown)))
     return fig
+
+
+def _ticks(linthresh: float, peak: float) -> list[float]:
+    """Colour bar ticks of a symmetric log scale: 0 and at most 3 powers of ten on each
+    side, between the linear range and the largest magnitude, so their labels never meet."""
+    low, high = math.ceil(math.log10(linthresh)), math.floor(math.log10(peak))
+    if high < low:
+        return [-peak, 0.0, peak]
+    every = max(1, math.ceil((high - low + 1) / 3))
+    powers = [10.0**k for k in range(high, low - 1, -every)]
+    return sorted([*(-p for p in powers), 0.0, *powers])
