@@ -29,8 +29,10 @@ from .series import empty_error
 
 __all__ = [
     "SAMPLE_STATS",
+    "SampleRows",
     "SampleStats",
     "SampleValues",
+    "sample_rows",
     "sample_stats",
     "sample_values",
 ]
@@ -222,7 +224,7 @@ def sample_stats(
         >>> tensor_tracker.sample_stats(t).outlier()
         3
     """
-    return _read(recording, "sample_stats", step, call, grad, names, batch_dim, -1).stats
+    return sample_rows(recording, "sample_stats", step, call, grad, names, batch_dim, -1).stats
 
 
 def sample_values(
@@ -282,7 +284,7 @@ def sample_values(
         check_int(sample, "sample_values(sample=...)", "a batch index (int) or None")
     if position is not None:
         check_int(position, "sample_values(position=...)", "a position index (int) or None")
-    read = _read(recording, "sample_values", step, call, grad, names, batch_dim, channel_dim)
+    read = sample_rows(recording, "sample_values", step, call, grad, names, batch_dim, channel_dim)
     batch = read.stats.batch_size
     if sample is None:
         sample = read.stats.outlier()
@@ -327,13 +329,21 @@ def sample_values(
 
 
 @dataclasses.dataclass(frozen=True)
-class _Read:
+class SampleRows:
+    """The copies of one step split per sample (what `sample_rows` returns).
+
+    Attributes:
+        stats: every sample's statistics per module (`SampleStats`).
+        positions: per module of `stats.names`, float64 `[batch, positions, channels]`.
+        shapes: per module the shape of the recorded output.
+    """
+
     stats: SampleStats
-    positions: list[Tensor]  # per module: float64 [batch, positions, channels]
+    positions: list[Tensor]
     shapes: list[tuple[int, ...]]
 
 
-def _read(
+def sample_rows(
     recording: Any,
     caller: str,
     step: int | None,
@@ -342,7 +352,7 @@ def _read(
     names: Names,
     batch_dim: int,
     channel_dim: int,
-) -> _Read:
+) -> SampleRows:
     """The copies of one step, split per sample: the work behind both public functions."""
     check_bool(grad, f"{caller}(grad=...)")
     check_int(call, f"{caller}(call=...)", "a call index (int)")
@@ -461,4 +471,4 @@ def _read(
         torch.stack(abs_max),
         skipped,
     )
-    return _Read(stats, rows, shapes)
+    return SampleRows(stats, rows, shapes)

@@ -21,6 +21,7 @@ from ..stats.formats import BLOCK_FORMATS, FORMATS
 from ._columns import columns_of
 from ._compare_report import comparison_payload
 from ._html import fill, script_json
+from ._samples import samples_payload
 
 __all__ = ["page", "report"]
 
@@ -103,6 +104,7 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
         "formats": {},
         "blockFormats": {},
         "log": {"scalars": {}, "notes": []},
+        "samples": None,
     }
 
 
@@ -206,6 +208,8 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
             key: {"label": f.label, "floor": f.gaussian_error} for key, f in BLOCK_FORMATS.items()
         },
         "log": {"scalars": scalars, "notes": notes},
+        # Full copies: each sample's values per channel and rms (the sample panel).
+        "samples": samples_payload(recording, steps, modules) if columns.copies else None,
     }
 
 

@@ -154,8 +154,11 @@ def _ticks(linthresh: float, peak: float) -> list[float]:
     """Colour bar ticks of a symmetric log scale: 0 and at most 3 powers of ten on each
     side, between the linear range and the largest magnitude, so their labels never meet."""
     low, high = math.ceil(math.log10(linthresh)), math.floor(math.log10(peak))
-    if high < low:
-        return [-peak, 0.0, peak]
+    if high < low:  # every value within the linear range: evenly spaced ticks
+        unit = 10.0**high
+        m = math.floor(peak / unit)
+        half = math.floor(m / 2 + 0.5) * unit
+        return [-m * unit, -half, 0.0, half, m * unit] if m >= 2 else [-unit, 0.0, unit]
     every = max(1, math.ceil((high - low + 1) / 3))
     powers = [10.0**k for k in range(high, low - 1, -every)]
     return sorted([*(-p for p in powers), 0.0, *powers])
