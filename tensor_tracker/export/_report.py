@@ -256,7 +256,12 @@ def report(
     fp16/bf16/fp8 limits; hover or tap a point for its module and value, click it to open
     the module. Every statistic recorded is offered; counts and fractions are drawn on a
     linear axis, magnitudes as log2. The scalars of `log()` are charts over the steps, the
-    notes marked on every step axis. A slider picks the step. Charts zoom by dragging
+    notes marked on every step axis. A slider picks the step. A recording of full copies
+    also gets a sample panel: pick a batch index (and a position, e.g. a token) to see that
+    sample's values per channel at the picked module, beside every sample's rms across the
+    batch with the sample that stands out most in red (see `tensor_tracker.sample_values`;
+    the page keeps at most 2**20 numbers for it, about 5.6 MB, the last steps first; over
+    that, each channel's largest value over the positions). Charts zoom by dragging
     (double-click resets). The numbers are all there (float32).
 
     Charts are drawn by uPlot and the graph laid out by dagre, both inlined (see

@@ -17,8 +17,8 @@ __all__ = ["SAMPLE_FLOATS", "samples_payload"]
 SAMPLE_FLOATS = 1 << 20
 """The most numbers (float32) the report embeds for its sample panel: 4 MiB, about 5.6 MB
 of the page. The last steps come first; a step whose values at every position do not fit
-keeps each channel's value of largest magnitude over the positions, one that does not fit
-even so is left out (the panel says so)."""
+keeps each channel's value of largest magnitude over the positions; from the first step
+that does not fit even so, the steps are left out (the panel says so)."""
 
 
 def _floats(values: torch.Tensor) -> str:
@@ -53,9 +53,9 @@ def samples_payload(recording: Any, steps: list[int], modules: list[str]) -> dic
             continue
         full = sum(r.numel() for r in rows.positions)
         peak = sum(r.shape[0] * r.shape[2] for r in rows.positions)
-        if full > left and peak > left:
-            omitted.append(steps[k])
-            continue
+        if full > left and peak > left:  # and the steps before it: not even read
+            omitted.extend(steps[: k + 1])
+            break
         positions = full <= left
         left -= full if positions else peak
         stats = rows.stats

@@ -5,6 +5,7 @@ Chromium at desktop and phone sizes."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -273,4 +274,37 @@ def test_the_sample_panel_in_a_browser(
         f"return document.getElementById('sample-values-label').textContent.startsWith('sample {OUTLIER}, largest')",
     )
     _no_sideways_scroll(browser)
+    # Every module's panel draws (each batch's rms range on the log axis, each channel count).
+    browser.execute_script("DATA.modules.forEach((m, i) => select(i))")
+    assert console_errors(browser) == []
+
+
+@pytest.mark.slow
+def test_the_rms_axis_of_every_module_draws(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    """Regression: a batch's rms from 0.199 to 0.366 (module "2" here) made uPlot's log
+    axis count its ticks forever ("Invalid array length") when its range did not start at
+    a power of ten."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 2)
+    )
+    x = torch.randn(4, 8)
+    with track(model) as t:
+        model(x).square().sum().backward()
+    rms = tensor_tracker.sample_stats(t, names=["2"]).rms[0]
+    assert float(rms.min()) > 0.19 and float(rms.max()) < 0.37
+    path = tensor_tracker.report(t, tmp_path / "mlp.html")
+    _open(browser, path, SIZES["desktop"])
+    drawn = 0
+    for i in range(browser.execute_script("return DATA.modules.length")):
+        browser.execute_script("select(arguments[0])", i)
+        # uPlot sets its scales in a microtask after it is made.
+        low, high = wait_for(
+            browser,
+            "const u = sampleCharts.rms; return !u ? [1, 10]"
+            " : u.scales.y.min !== null && [u.scales.y.min, u.scales.y.max]",
+        )
+        assert math.log10(low) == round(math.log10(low)) and high > low
+        drawn += browser.execute_script("return sampleCharts.rms ? 1 : 0")
+    assert drawn == 6  # the five layers and the model itself
     assert console_errors(browser) == []
