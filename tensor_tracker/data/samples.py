@@ -138,8 +138,10 @@ class SampleValues:
         values: per module a float64 tensor `[channels]`: the sample's value in each
             channel (the number of channels may differ from module to module).
         shapes: per module the shape of the recorded output.
-        stats: every sample's statistics at the same modules (`SampleStats`), to compare
-            this sample with the rest of its batch.
+        stats: every sample's statistics (`SampleStats`) at every module that splits into
+            samples, to compare this sample with the rest of its batch; its `skipped` also
+            names the modules left out of `names` because `position` is beyond their
+            positions.
 
     Example:
         >>> v = tensor_tracker.sample_values(t, sample=3)
@@ -315,7 +317,7 @@ def sample_values(
         elif -x.shape[0] <= position < x.shape[0]:
             value = x[position]
         else:
-            skipped[name] = f"has {x.shape[0]} positions per sample, not {position + 1}"
+            skipped[name] = f"its output has {x.shape[0]} positions per sample, not {position}"
             continue
         names_kept.append(name)
         values.append(value)
@@ -441,19 +443,14 @@ def sample_rows(
         if t.shape[b] != batch:
             skipped[name] = f"its dimension {batch_dim} holds {t.shape[b]}, not the batch's {batch}"
             continue
+        if t.numel() == 0:
+            skipped[name] = f"its output {tuple(t.shape)} is empty"
+            continue
         x = t.detach().to("cpu", torch.float64).movedim((b, c), (0, -1))
         x = x.reshape(batch, -1, x.shape[-1])  # [batch, positions, channels]
         flat = x.reshape(batch, -1)
-        rms.append(
-            flat.square().mean(dim=1).sqrt()
-            if flat.shape[1]
-            else torch.full((batch,), math.nan, dtype=torch.float64)
-        )
-        abs_max.append(
-            flat.abs().amax(dim=1)
-            if flat.shape[1]
-            else torch.full((batch,), math.nan, dtype=torch.float64)
-        )
+        rms.append(flat.square().mean(dim=1).sqrt())
+        abs_max.append(flat.abs().amax(dim=1))
         kept_names.append(name)
         rows.append(x)
         shapes.append(tuple(t.shape))

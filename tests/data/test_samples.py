@@ -208,3 +208,36 @@ def test_frame_of_values() -> None:
     assert len(frame) == 24 + 12
     assert frame[frame["name"] == "2"]["value"].tolist() == v.value("2").tolist()
     assert frame[frame["name"] == "0"]["channel"].tolist() == list(range(24))
+
+
+def test_empty_outputs_and_mixed_positions_are_left_out_by_name() -> None:
+    """A module with no channels is skipped, not an error; a position beyond a module's
+    positions (fewer tokens) leaves that module out, naming why."""
+
+    class Cut(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[..., :0]
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.long = nn.Linear(4, 4)
+            self.short = nn.Linear(4, 4)
+            self.empty = Cut()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.long(x).sum() + self.short(x[:, :2]).sum() + self.empty(x).sum()
+
+    torch.manual_seed(0)
+    model = Two()
+    with track(model, grad=False) as t:
+        model(torch.randn(3, 5, 4))
+    s = sample_stats(t)
+    assert s.names == ["long", "short"]
+    assert s.skipped["empty"] == "its output (3, 5, 0) is empty"
+    v = sample_values(t, 1, position=4)
+    assert v.names == ["long"]
+    assert v.stats.skipped["short"] == "its output has 2 positions per sample, not 4"
+    assert torch.equal(v.value("long"), t["long"][0].value[1, 4].to(torch.float64))
+    with pytest.raises(ArgumentValueError, match="position=5"):
+        sample_values(t, 1, position=5)
