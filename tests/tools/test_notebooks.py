@@ -17,6 +17,7 @@ NOTEBOOKS = [
     DOC / "Compare.ipynb",
     DOC / "BlockFormats.ipynb",
     DOC / "OutlierChannels.ipynb",
+    DOC / "Samples.ipynb",
 ]
 
 # What executing them needs, beyond the package itself.
