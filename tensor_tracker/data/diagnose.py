@@ -16,7 +16,7 @@ from torch import Tensor
 from .._optional import require
 from .._validate import check_int, check_number, check_type
 from ..errors import ArgumentValueError
-from ..stats import DEFAULT, Statistic, per_channel
+from ..stats import DEFAULT, PerAxis, Statistic, per_channel
 from ..stats.formats import BLOCK_FORMATS, FORMATS
 from .channels import DEFAULT_OUTLIER_RATIO, outlier_channels, table_of_frame
 from .frame import holds_copies, recording_frame, to_frame
@@ -46,7 +46,7 @@ def dead_fraction(x: Tensor) -> Tensor:
     return 1 - alive.to(torch.float32).mean()
 
 
-diagnosis_stats: tuple[str | Statistic, ...] = (
+diagnosis_stats: tuple[str | Statistic | PerAxis, ...] = (
     *DEFAULT,
     "zero_frac",
     "fp16_overflow",
