@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
@@ -265,7 +266,10 @@ def outlier_channels(
         if width < 4:
             continue
         values = table.values[m, :, :width]  # [steps, channels]
-        with np.errstate(all="ignore"):
+        # A step where the module was not recorded is a row of NaN: its median is NaN
+        # (left out below), not a warning.
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             median = np.nanmedian(values, axis=1)
             ratio = values / median[:, None]
         usable = np.isfinite(median) & (median > 0)

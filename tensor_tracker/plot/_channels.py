@@ -3,6 +3,7 @@ colour scale, so that outlier channels stand out."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -144,7 +145,8 @@ def channel_map(
     if mark is not None:
         ys: list[int] = []
         xs: list[int] = []
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a row of NaN: no marks
             median = np.nanmedian(shown, axis=1)
             hit = (shown / median[:, None] > mark) & (median[:, None] > 0)
         for i, r in enumerate(rows):

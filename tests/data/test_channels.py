@@ -179,3 +179,18 @@ def test_argument_errors_name_the_argument() -> None:
 def test_a_recording_without_per_channel_statistics_says_so() -> None:
     t = _record(_model(), steps=1, stats=True)
     assert tt.diagnose(t).checked["outlier_channels"].startswith("skipped")
+
+
+def test_a_step_without_a_module_warns_nothing() -> None:
+    # Regression: numpy's "All-NaN slice encountered" came out of diagnose for a module
+    # missing at a step (a NaN row of the table).
+    import warnings
+
+    values = np.full((1, 2, 8), np.nan)
+    values[0, 1] = 1.0
+    values[0, 1, 5] = 40.0
+    table = ChannelTable("abs_max_per_channel", False, ("fc",), (0, 1), values, (8,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = outlier_channels(table)
+    assert [(o.channels, o.steps) for o in found] == [((5,), (1,))]
