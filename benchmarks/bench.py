@@ -278,6 +278,10 @@ class _NoOpHooks:
 def _clear_and_step(tracker: Any, step: Callable[[nn.Module], None], model: nn.Module) -> None:
     tracker.stashes.clear()
     step(model)
+    if isinstance(tracker, tensor_tracker.Tracker):
+        # As in a training loop; without it the parameters would be recorded once only,
+        # while their floor (`_MinimalParamStats`) computes them at every step.
+        tracker.step()
 
 
 class _MinimalStats(_NoOpHooks):
