@@ -6,7 +6,7 @@ one imported, also by the notebook kernel)::
     PYTHONPATH=/path/to/checkout .venv/bin/python tools/screenshots.py --out shots/before
 
 It records the run of `tests/export/bert.py` (a `BertModel` of 12 layers from a
-`transformers.BertConfig`, hidden size 32, 218 modules, 30 Adam steps, outputs and
+`transformers.BertConfig`, hidden size 32, 215 recorded module names, 30 Adam steps, outputs and
 parameters with the default statistics plus fractions, counts and a histogram, the loss
 logged every step and a note at step 12). The builder is carried here, using only API that
 older checkouts have too, so that every checkout is pictured on the same run. Then:
@@ -14,12 +14,13 @@ older checkouts have too, so that every checkout is pictured on the same run. Th
 - `report.html` (`tensor_tracker.report`) and `graph_view.html` (`graph_view(...).save`)
   are opened in headless Chromium (Debian's chromium and chromedriver, via Selenium) at
   1440x900 and 390x844: a shot of the first screen, a shot of the whole page (the window
-  grown to the page's height, up to `--max-height`), and, after picking a module, the first
-  screen again;
+  grown to the page's height, up to `--max-height`), and, after picking a module
+  (`encoder.layer.0.attention.self.query`), the first screen and the whole page again;
 - the five notebook viewers (`histogram_viewer`, `scale_viewer`, `umap_viewer`,
   `history_viewer`, `live_view` of the same model streamed to disk) are run in a notebook in
-  JupyterLab and each output is shot as it shows in the page, controls included. Without
-  JupyterLab (or with `--figures-only`) each viewer's figure is saved instead, and
+  JupyterLab and each output is shot as it shows in the page, controls included (side
+  panels collapsed, one document; the window grown to each viewer's height, as an element's
+  shot holds only what is on the screen). Without JupyterLab (or with `--figures-only`) each viewer's figure is saved instead, and
   `viewers/NOTE.txt` says that the controls are not shown.
 
 `shots.json` in `--out` lists every picture with the page's size (scroll width and height
@@ -220,11 +221,17 @@ def shoot_page(
         selected = out / f"{name}-{size}-selected.png"
         browser.execute_script("window.scrollTo(0, 0)")
         browser.save_screenshot(str(selected))
+        selected_height = min(max(page_size(browser)["scrollHeight"], height), max_height)
+        set_viewport(browser, width, selected_height)
+        time.sleep(0.5)
+        selected_full = out / f"{name}-{size}-selected-full.png"
+        browser.save_screenshot(str(selected_full))
         info.update(
             first_screen=first.name,
             full_page=full.name,
             full_page_height=full_height,
             selected=selected.name,
+            selected_full=selected_full.name,
             picked=picked,
             after_pick=page_size(browser),
             console_errors=console_errors(browser),
@@ -384,11 +391,23 @@ def shoot_viewers(out: Path, checkout: str, stream: Path, timeout: float) -> lis
             time.sleep(2.0)
             for size, (width, height) in SIZES.items():
                 set_viewport(browser, width, height)
+                # The notebook alone, as on a small screen: no side panels, one document.
+                browser.execute_script(
+                    "const s = window.jupyterapp.shell; s.collapseLeft(); s.collapseRight();"
+                    "s.mode = 'single-document';"
+                )
                 time.sleep(1.5)
                 for index, name in enumerate(VIEWERS, start=1):
                     area = wait_for(browser, _OUTPUT, 60, index)
                     if area is None:
                         raise RuntimeError(f"{name} shows nothing")
+                    # A taller window for a tall viewer: an element's shot holds only what
+                    # is on the screen.
+                    tall = browser.execute_script(
+                        "return arguments[0].getBoundingClientRect().height", area
+                    )
+                    set_viewport(browser, width, min(max(height, int(tall) + 120), 6000))
+                    time.sleep(0.5)
                     browser.execute_script("arguments[0].scrollIntoView()", area)
                     time.sleep(0.5)
                     file = out / "viewers" / f"{name}-{size}.png"
