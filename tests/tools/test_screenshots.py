@@ -21,4 +21,3 @@ def test_out_is_required(capsys: pytest.CaptureFixture[str]) -> None:
         screenshots.main([])
     assert exit_.value.code == 2
     assert "--out" in capsys.readouterr().err
-
