@@ -14,7 +14,7 @@ from .._optional import require
 from .._validate import check_bool, check_number, check_type
 from ..data.depth import depth_layout, informative_role, leaf_names
 from ..data.frame import to_frame
-from ..data.select import display_name
+from ..data.select import display_name, match_names
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..export._columns import KEYS
 from ..persist.recording import read_recording, spec_of
@@ -200,8 +200,8 @@ def live_view(
         shown = c["show"].value
         outputs = frame[frame["kind"] == "output"]
         order = list(dict.fromkeys(outputs["name"].astype(str)))
-        if shown == NAMES:
-            return []  # plot.history selects names= itself
+        if shown == NAMES:  # plot.history selects names= itself; these are for the readout
+            return list(names) if not isinstance(names, str) else match_names(order, names)
         if shown.startswith(_ROLE):
             role = shown[len(_ROLE) :]
             depth = depth_layout(leaf_names(order))
@@ -223,7 +223,8 @@ def live_view(
             values, shown, c["stat"].value, c["grad"].value, frame["step"].max()
         )
         formats = DEFAULT_FORMATS if c["limits"].value else ()
-        with fixed_margins():
+        # Room on the right for the legend's names (36 characters at most, see short_label).
+        with fixed_margins(right=3.1):
             return plot.history(
                 frame, stat=c["stat"].value, grad=c["grad"].value, names=selection, formats=formats
             )

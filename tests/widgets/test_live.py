@@ -155,6 +155,10 @@ def test_the_history_opens_on_one_role_across_the_blocks_with_a_legend_and_reado
     assert set(_lines(view)) == set(view.shown)
     c["grad"].value = False
     assert view.figure is not None and "of each output at step 3" in view.readout.value
+    # names= opens on those modules, read out too.
+    chosen = widgets.live_view(tmp_path / "run", names=r"layers\.[0-3]\.fc$", start=False)
+    assert chosen.controls["show"].value == "names" and _lines(chosen) == fc[:4]
+    assert all(f"<td>{name}</td>" in chosen.readout.value for name in fc[:4])
 
 
 def test_controls_with_nothing_to_choose_are_hidden(tmp_path: Path) -> None:
