@@ -80,9 +80,12 @@ def _readout(values: dict[str, float], shown: list[str], stat: str, grad: bool, 
     if not shown:
         return ""
     items = sorted(shown, key=lambda n: abs(values[n]) if n in values else -1.0, reverse=True)
+    # One number format for the table: scientific for all when any value needs it.
+    sizes = [abs(v) for v in values.values() if v]
+    spec = ".3e" if any(v < 1e-3 or v >= 1e5 for v in sizes) else ".4g"
     cells = "".join(
         f"<tr><td>{html.escape(display_name(n))}</td><td style='text-align:right'>"
-        f"{values[n]:.4g}</td></tr>"
+        f"{values[n]:{spec}}</td></tr>"
         if n in values
         else f"<tr><td>{html.escape(display_name(n))}</td><td>-</td></tr>"
         for n in items

@@ -137,8 +137,9 @@ def test_the_history_opens_on_one_role_across_the_blocks_with_a_legend_and_reado
     # The readout names each line's module with its value at the latest step.
     last = frame[(frame["step"] == 3) & frame["grad"] & (frame["kind"] == "output")]
     rms = last.groupby("name")["rms"].mean()
+    spec = ".3e" if any(abs(rms[n]) < 1e-3 for n in fc) else ".4g"  # one format a table
     for name in fc:
-        assert f"<td>{name}</td><td style='text-align:right'>{rms[name]:.4g}</td>" in (
+        assert f"<td>{name}</td><td style='text-align:right'>{rms[name]:{spec}}</td>" in (
             view.readout.value
         )
     # The y axis fits the data: no format limit lines until asked for.
@@ -176,3 +177,12 @@ def test_controls_with_nothing_to_choose_are_hidden(tmp_path: Path) -> None:
     scale = widgets.live_view(tmp_path / "run", figure="scale", start=False)
     assert all(c.layout.display == "none" for c in scale.controls.values())
     assert scale.figure is not None
+
+
+def test_the_readout_has_one_number_format() -> None:
+    from tensor_tracker.widgets._live import _readout
+
+    text = _readout({"a": 0.5, "b": 1e-5}, ["b", "a"], "rms", True, 7)
+    assert text.index("<td>a</td>") < text.index("<td>b</td>")  # largest first
+    assert ">5.000e-01<" in text and ">1.000e-05<" in text
+    assert ">0.5<" in _readout({"a": 0.5, "b": 2.0}, ["a", "b"], "rms", True, 7)
