@@ -47,6 +47,7 @@ NO_HISTOGRAMS = (
     "<code>stats.histogram()</code>), or without <code>stats=</code> to keep full tensors."
 )
 
+
 def history_viewer(tracker: Any) -> ipywidgets.VBox:
     """A statistic over training steps (`plot.history`), plus one module's histogram over
     steps (`plot.histogram_heatmap`).
