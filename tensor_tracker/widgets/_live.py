@@ -92,6 +92,7 @@ def _readout(values: dict[str, float], shown: list[str], stat: str, grad: bool, 
     )
     what = "gradient" if grad else "output"
     return (
+        "<style>.tt-live-readout td { padding: 1px 16px 1px 0; line-height: 1.3 }</style>"
         f"<div class='tt-live-readout'><b>{html.escape(stat)} of each {what} at step {step}"
         f"</b> (largest first)<table>{cells}</table></div>"
     )
