@@ -13,10 +13,9 @@ from .. import plot
 from .._optional import require
 from .._validate import check_bool, check_number, check_type
 from ..data.depth import depth_layout, informative_role, leaf_names
-from ..data.frame import to_frame
+from ..data.frame import KEYS, to_frame
 from ..data.select import display_name, match_names
 from ..errors import ArgumentTypeError, ArgumentValueError
-from ..export._columns import KEYS
 from ..persist.recording import read_recording, spec_of
 from ..persist.recording_codec import JOURNAL
 from ..plot._figure import DEFAULT_FORMATS, fixed_margins
