@@ -10,7 +10,8 @@ t.to_frame()   # one row per module output / gradient
 
 Where things live, in layers that import only downwards:
 - `tensor_tracker.track`, `tensor_tracker.Tracker`: the entry points (`api`);
-  `tensor_tracker.compare`, `tensor_tracker.compare_models`: where two runs differ.
+  `tensor_tracker.compare`, `tensor_tracker.compare_models`: where two runs differ;
+  `tensor_tracker.sample_values`, `sample_stats`: one batch item's values, the outlier sample.
 - `core`: recording (hooks, `Stash`, `Event`); torch only.
 - `stats`: statistics computed on the device (`track(model, stats=True)`).
 - `data`: tables and selections of what was recorded (`to_frame`); no plotting library.
@@ -35,6 +36,7 @@ from .data.compare import Comparison, Divergence
 from .data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from .data.frame import to_frame
 from .data.nonfinite import NonFinite, first_nonfinite
+from .data.samples import SampleStats, SampleValues, sample_stats, sample_values
 from .errors import MemoryBudgetError
 from .export import GraphView, graph_view, report
 from .probe.autograd_graph import AutogradGraph, autograd_graph
@@ -57,6 +59,8 @@ __all__ = [
     "ModuleCall",
     "ModuleGraph",
     "NonFinite",
+    "SampleStats",
+    "SampleValues",
     "Stash",
     "StashFn",
     "StashValueFn",
@@ -83,6 +87,8 @@ __all__ = [
     "plot",
     "report",
     "rmap_tensor",
+    "sample_stats",
+    "sample_values",
     "stash",
     "stats",
     "summary",

@@ -15,6 +15,8 @@ with temporary hooks (summary, graphs) in `tensor_tracker.probe`; both build on 
 - `diagnose`: `diagnose`, a table of what looks wrong in a recording.
 - `compare`: `compare`, two recordings aligned record by record, where they first differ.
 - `differences`: the arithmetic of `compare`: errors, cosine, exact ULP distances.
+- `samples`: `sample_values` and `sample_stats`, one batch item's values per channel at
+  every module and every sample's statistics across the batch, from full copies.
 - `exponents`: `format_fractions`, every number format's overflow and underflow fractions
   read after the fact from the recorded exponent histogram (`"exp_hist"`).
 """

@@ -21,6 +21,7 @@ from ..stats.formats import BLOCK_FORMATS, FORMATS
 from ._columns import columns_of
 from ._compare_report import comparison_payload
 from ._html import fill, script_json
+from ._samples import samples_payload
 
 __all__ = ["page", "report"]
 
@@ -103,6 +104,7 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
         "formats": {},
         "blockFormats": {},
         "log": {"scalars": {}, "notes": []},
+        "samples": None,
     }
 
 
@@ -206,6 +208,8 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
             key: {"label": f.label, "floor": f.gaussian_error} for key, f in BLOCK_FORMATS.items()
         },
         "log": {"scalars": scalars, "notes": notes},
+        # Full copies: each sample's values per channel and rms (the sample panel).
+        "samples": samples_payload(recording, steps, modules) if columns.copies else None,
     }
 
 
@@ -252,7 +256,12 @@ def report(
     fp16/bf16/fp8 limits; hover or tap a point for its module and value, click it to open
     the module. Every statistic recorded is offered; counts and fractions are drawn on a
     linear axis, magnitudes as log2. The scalars of `log()` are charts over the steps, the
-    notes marked on every step axis. A slider picks the step. Charts zoom by dragging
+    notes marked on every step axis. A slider picks the step. A recording of full copies
+    also gets a sample panel: pick a batch index (and a position, e.g. a token) to see that
+    sample's values per channel at the picked module, beside every sample's rms across the
+    batch with the sample that stands out most in red (see `tensor_tracker.sample_values`;
+    the page keeps at most 2**20 numbers for it, about 5.6 MB, the last steps first; over
+    that, each channel's largest value over the positions). Charts zoom by dragging
     (double-click resets). The numbers are all there (float32).
 
     Charts are drawn by uPlot and the graph laid out by dagre, both inlined (see

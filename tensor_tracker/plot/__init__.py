@@ -6,6 +6,8 @@
 - `history`: a statistic over training steps, per module.
 - `compare`: where two runs differ (`tensor_tracker.compare`): the error of every module,
   forward and backward, with both runs' scales.
+- `sample_plot`: one batch item's values per channel at every module (modules x channels),
+  and which sample of the batch stands out.
 - `histogram_heatmap`: one module's histogram over training steps.
 - `module_graph`, `autograd_graph`: a level of `tensor_tracker.module_graph`, or the
   operations of `tensor_tracker.autograd_graph`, as a figure (PNG/PDF with `fig.savefig`).
@@ -33,6 +35,7 @@ from ._figure import DEFAULT_FORMATS
 from ._graph import MAX_HEIGHT, autograd_graph, module_graph
 from ._histogram import histogram
 from ._history import histogram_heatmap, history
+from ._samples import sample_plot
 from ._scale import scale_plot
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "histogram_heatmap",
     "history",
     "module_graph",
+    "sample_plot",
     "scale_plot",
     "umap_plot",
 ]

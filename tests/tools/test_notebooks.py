@@ -16,6 +16,7 @@ NOTEBOOKS = [
     DOC / "Example.ipynb",
     DOC / "Compare.ipynb",
     DOC / "BlockFormats.ipynb",
+    DOC / "Samples.ipynb",
 ]
 
 # What executing them needs, beyond the package itself.
