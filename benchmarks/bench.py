@@ -37,6 +37,7 @@ from tensor_tracker.data.frame import type_name
 from tensor_tracker.persist import recording
 from tensor_tracker.persist.integrity import AppendFile
 from tensor_tracker.stats.blocking import BlocksFn
+from tensor_tracker.stats.store import StatsStore
 
 # -- the plain reference implementation of the contract ------------------------------------
 
@@ -277,6 +278,10 @@ class _NoOpHooks:
 def _clear_and_step(tracker: Any, step: Callable[[nn.Module], None], model: nn.Module) -> None:
     tracker.stashes.clear()
     step(model)
+    if isinstance(tracker, tensor_tracker.Tracker):
+        # As in a training loop; without it the parameters would be recorded once only,
+        # while their floor (`_MinimalParamStats`) computes them at every step.
+        tracker.step()
 
 
 class _MinimalStats(_NoOpHooks):
@@ -329,21 +334,97 @@ class _MinimalSums(_MinimalStats):
         self.values.append(tensor.detach().sum().item())
 
 
+class _MinimalParamStats(_MinimalStats):
+    """The per-tensor floor of `capture=("outputs", "params"), optimizer=opt`: the hooks of
+    `_MinimalStats`, plus each parameter's statistics from a forward pre-hook (once per
+    step), each parameter gradient's from a post-accumulate-grad hook and each optimizer
+    state tensor's from an optimizer step hook: sum, dot and aminmax per tensor, read back."""
+
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, outputs: bool = True
+    ) -> None:
+        super().__init__(model)
+        if not outputs:  # the floor of capture="params" alone
+            for handle in self.handles:
+                handle.remove()
+            self.handles = []
+        self.seen: set[int] = set()
+        for module in model.modules():
+            self.handles.append(module.register_forward_pre_hook(self._pre_forward))
+        for param in model.parameters():
+            if param.requires_grad:
+                self.handles.append(
+                    param.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
+                        self._param_grad
+                    )
+                )
+        self.handles.append(optimizer.register_step_post_hook(self._optimizer))
+        self.params = list(model.parameters())
+
+    def _pre_forward(self, module: nn.Module, args: Any) -> None:
+        if id(module) not in self.seen:
+            self.seen.add(id(module))
+            for param in module.parameters(recurse=False):
+                self._stats(param)
+
+    def _param_grad(self, param: Tensor) -> None:
+        if param.grad is not None:
+            self._stats(param.grad)
+
+    def _optimizer(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self.seen.clear()  # the next step records the parameters again
+        for param in self.params:
+            for value in optimizer.state.get(param, {}).values():
+                if isinstance(value, Tensor) and value.shape == param.shape:
+                    self._stats(value)
+
+
+def _triples(
+    steps: list[Callable[[], None]], rounds: int, clock: Callable[[], float] = time.thread_time
+) -> tuple[list[float], list[float], list[float]]:
+    """Run `steps` (untracked, floor, tracked) `rounds` times each, rotating their order
+    so that none always runs first; return per round the floor's and the tracked step's
+    ratios to the untracked step, and their difference. Timed by `clock`: by default the
+    CPU time of this thread, which leaves out the time the step waits for a core while
+    other processes run (on a shared machine, the largest part of the noise; what the
+    step itself costs, cache misses included, is still counted)."""
+    floors, tracked, above = [], [], []
+    orders = [(0, 1, 2), (0, 2, 1), (1, 0, 2), (2, 0, 1), (1, 2, 0), (2, 1, 0)]
+    for i in range(rounds + 1):  # the first round warms up
+        times = [0.0, 0.0, 0.0]
+        for j in orders[i % len(orders)]:
+            start = clock()
+            steps[j]()
+            times[j] = clock() - start
+        if i:
+            floors.append(times[1] / times[0])
+            tracked.append(times[2] / times[0])
+            above.append((times[2] - times[1]) / times[0])
+    return floors, tracked, above
+
+
 def small_models(pairs: int) -> None:
-    """Tracked/untracked ratios on small models, where the per-stash cost dominates."""
+    """Tracked/untracked ratios on small models, where the per-stash cost dominates; each
+    tracked row beside its floor (minimal hooks doing the same arithmetic per tensor),
+    measured in the same rounds: untracked, floor and tracked steps alternate."""
     print(
-        "\n## Small models (issue #11): fixed cost per stash; median over "
-        f"{pairs} adjacent step pairs, 1 thread\n"
+        "\n## Small models (issues #11, #31): fixed cost per stash; medians over "
+        f"{pairs} rounds of (untracked, floor, tracked) steps in rotating order, 1 thread, "
+        "CPU time of the thread (time.thread_time)\n"
     )
-    print("| workload | tracked / untracked | target | stashes/step | untracked step |")
-    print("|---|---|---|---|---|")
-    rows: list[tuple[str, str, bool, Callable[..., Any], float | None]] = [
-        ("encoder d64, no-op hooks (floor)", "encoder", False, lambda m, o: _NoOpHooks(m), None),
+    print(
+        "| workload | tracked / untracked | its floor | above the floor | target "
+        "| stashes/step | untracked step |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    Make = Callable[[nn.Module, torch.optim.Optimizer], Any]
+    rows: list[tuple[str, str, bool, Make, Make | None, float | None]] = [
         (
-            "encoder d64, minimal hooks with the same kernels (floor)",
+            "encoder d64, no-op hooks",
             "encoder",
             False,
-            lambda m, o: _MinimalStats(m),
+            lambda m, o: _NoOpHooks(m),
+            None,
             None,
         ),
         (
@@ -351,13 +432,15 @@ def small_models(pairs: int) -> None:
             "encoder",
             False,
             lambda m, o: tensor_tracker.track(m, stats=True),
-            1.20,
+            lambda m, o: _MinimalStats(m),
+            0.08,
         ),
         (
             "encoder d64, stats=True + exp_hist",
             "encoder",
             False,
             lambda m, o: tensor_tracker.track(m, stats=[*stats.DEFAULT, "exp_hist"]),
+            None,
             None,
         ),
         (
@@ -367,16 +450,30 @@ def small_models(pairs: int) -> None:
             lambda m, o: tensor_tracker.track(
                 m, stats=True, capture=("outputs", "params"), optimizer=o
             ),
-            1.40,
+            lambda m, o: _MinimalParamStats(m, o),
+            0.0,
         ),
-        ("MLP, stats=True", "mlp", False, lambda m, o: tensor_tracker.track(m, stats=True), None),
+        (
+            "encoder d64, stats=True, params only, optimizer=Adam",
+            "encoder",
+            True,
+            lambda m, o: tensor_tracker.track(m, stats=True, capture="params", optimizer=o),
+            lambda m, o: _MinimalParamStats(m, o, outputs=False),
+            None,
+        ),
+        (
+            "MLP, stats=True",
+            "mlp",
+            False,
+            lambda m, o: tensor_tracker.track(m, stats=True),
+            lambda m, o: _MinimalStats(m),
+            None,
+        ),
     ]
-    for label, kind, adam, factory, target in rows:
+    for label, kind, adam, factory, floor_factory, target in rows:
         untracked, x = small_model(kind)
-        tracked = copy.deepcopy(untracked)
-        optimizers = {
-            id(m): torch.optim.Adam(m.parameters(), lr=1e-4) for m in (untracked, tracked)
-        }
+        models = [untracked, copy.deepcopy(untracked), copy.deepcopy(untracked)]
+        optimizers = {id(m): torch.optim.Adam(m.parameters(), lr=1e-4) for m in models}
 
         def step(
             model: nn.Module, adam: bool = adam, x: Tensor = x, opts: Any = optimizers
@@ -387,21 +484,42 @@ def small_models(pairs: int) -> None:
 
         times = []
         for _ in range(20):
-            start = time.perf_counter()
+            start = time.thread_time()
             step(untracked)
-            times.append(time.perf_counter() - start)
-        with factory(tracked, optimizers[id(tracked)]) as tracker:
+            times.append(time.thread_time() - start)
+        floor_model, tracked = models[1], models[2]
+        with contextlib.ExitStack() as stack:
+            tracker = stack.enter_context(factory(tracked, optimizers[id(tracked)]))
+            floor = (
+                None
+                if floor_factory is None
+                else stack.enter_context(floor_factory(floor_model, optimizers[id(floor_model)]))
+            )
             step(tracked)
             count = len(tracker.stashes)
             tracked_step = functools.partial(_clear_and_step, tracker, step, tracked)
-            ratio = statistics.median(
-                paired_ratios(functools.partial(step, untracked), tracked_step, pairs)
+            floor_step = (
+                functools.partial(step, floor_model)
+                if floor is None
+                else functools.partial(_clear_and_step, floor, step, floor_model)
             )
-        verdict = (
-            "" if target is None else f"<= {target} ({'met' if ratio <= target else 'MISSED'})"
-        )
+            floors, ratios, above = _triples(
+                [functools.partial(step, untracked), floor_step, tracked_step], pairs
+            )
+        ratio = statistics.median(ratios)
+        if floor is None:
+            floor_cell = difference = "-"
+            verdict = ""
+        else:
+            gap = statistics.median(above)
+            floor_cell, difference = f"{statistics.median(floors):.3f}x", f"{gap:+.3f}"
+            verdict = (
+                ""
+                if target is None
+                else f"<= {target:+.2f} ({'met' if gap <= target else 'MISSED'})"
+            )
         print(
-            f"| {label} | {ratio:.3f}x | {verdict} | {count} | "
+            f"| {label} | {ratio:.3f}x | {floor_cell} | {difference} | {verdict} | {count} | "
             f"{1e3 * statistics.median(times):.2f} ms |"
         )
 
@@ -411,36 +529,70 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def memory_per_stash(target_stashes: int) -> None:
+def _store(tracker: tensor_tracker.Tracker) -> StatsStore:
+    store = tracker.stashes.store
+    assert isinstance(store, StatsStore)  # stats=
+    return store
+
+
+def memory_per_stash(target_stashes: int, params: bool = False) -> Any:
     """Memory added per statistics stash over a long run: resident memory (Linux: /proc),
-    and the Python heap (tracemalloc), which leaves out the allocator's own overhead."""
+    and the Python heap (tracemalloc), which leaves out the allocator's own overhead, with
+    where the heap's bytes go. `params`: also the parameters, their gradients and Adam's
+    state (recorded at their module's first call in a step, as their gradients are
+    accumulated and at the optimizer step). Returns
+    the tracker, for the caller to keep until the process ends (freed memory would be
+    reused by the next run without growing the resident size)."""
     if not os.path.exists("/proc/self/statm"):
         print("\nMemory per stash: needs /proc (Linux); skipped.")
-        return
+        return None
     model, x = small_model("mlp")
     x = x[:4]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    extra: dict[str, Any] = {"capture": ("outputs", "params"), "optimizer": opt} if params else {}
     gc.collect()
-    with tensor_tracker.track(model, stats=True) as tracker:
+    with tensor_tracker.track(model, stats=True, **extra) as tracker:
         train_step(model, x)
+        opt.step()
         tracker.step()
         per_step = len(tracker)
+        rows_before = len(_store(tracker))
         before = _rss()
         tracemalloc.start()
         heap = tracemalloc.get_traced_memory()[0]
+        steps = 0
         while len(tracker) < target_stashes:
             train_step(model, x)
+            if params:
+                opt.step()
             tracker.step()
+            steps += 1
         gc.collect()
         heap = tracemalloc.get_traced_memory()[0] - heap
         tracemalloc.stop()
         grown = _rss() - before
     stashes = len(tracker) - per_step
-    verdict = "met" if grown / stashes <= 64 else "MISSED"
+    columns = tracker.stashes
+    store = _store(tracker)
+    record = sum(a.itemsize for a in (columns.site, columns.call, columns.flags, columns.ref))
+    rows = len(store) - rows_before
+    row = (store.layout.width + 1) * 8  # the raw vector and the element count
+    index = 16 * steps  # one (first row, step) pair per step
+    accounted = record * stashes + row * rows + index
+    verdict = "met" if heap / stashes <= 64 else "MISSED"
+    label = "outputs+params, optimizer=Adam" if params else "outputs"
     print(
-        f"\nMemory per statistics stash over a {stashes:,}-stash run: resident memory "
-        f"growth {grown / stashes:.0f} bytes (target <= 64: {verdict}); Python heap "
-        f"{heap / stashes:.0f} bytes."
+        f"\nMemory per statistics stash, MLP stats=True {label}, {stashes:,} stashes in "
+        f"{steps:,} steps ({per_step} per step): Python heap {heap / stashes:.1f} bytes "
+        f"(target <= 64: {verdict}); resident memory growth {grown / stashes:.1f} bytes. "
+        f"Heap breakdown per stash: record columns {record} (site, call, ref int32, flags "
+        f"uint8), statistics row {row * rows / stashes:.1f} ({rows / stashes:.2f} rows of "
+        f"{row} bytes: {store.layout.width} float64 + int64 element count; a tensor seen "
+        f"again shares its row), step index {index / stashes:.1f}, the rest "
+        f"{(heap - accounted) / stashes:.1f} (arrays' spare capacity, grown by 1/16 at a "
+        "time; Python objects)."
     )
+    return tracker
 
 
 def frame_throughput(steps: int) -> None:
@@ -1018,7 +1170,10 @@ def main() -> None:
     if part in ("all", "small"):
         small_models(3 if args.quick else 5 * args.pairs)
     if part == "memory":
-        memory_per_stash(10_000 if args.quick else 300_000)
+        kept = [
+            memory_per_stash(10_000 if args.quick else 300_000, params) for params in (False, True)
+        ]
+        del kept  # kept alive until here: see memory_per_stash
     elif part == "all":
         # RSS growth is only meaningful in a fresh process: memory freed by the parts
         # before would be reused without growing it.

@@ -137,6 +137,10 @@ def make_viewer(
     w: Any, controls: dict[str, Any], rows: Sequence[Any], panel: Panel, redraw: Callable[[], None]
 ) -> Any:
     """The VBox with `controls`, `figure`, `message`, `image` and `redraw` attached."""
+    for row in rows:
+        # A row of controls wraps onto the next line when the output area is narrow (a
+        # phone, a side-by-side notebook) instead of cutting the last controls off.
+        row.layout.flex_flow = "row wrap"
     box = w.VBox([*rows, panel.box])
     box.controls = controls
     box.message = panel.message

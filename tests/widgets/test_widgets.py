@@ -30,6 +30,18 @@ def shows_message(viewer: Any, text: str) -> bool:
     return viewer.figure is None and text in viewer.message.value
 
 
+# -- every viewer --------------------------------------------------------------------------
+
+
+def test_rows_of_controls_wrap_in_a_narrow_output_area(full: Tracker) -> None:
+    # At 390 px wide JupyterLab cut the histogram viewer's last controls off (`call`).
+    for make in (widgets.histogram_viewer, widgets.scale_viewer, widgets.history_viewer):
+        viewer = make(full)
+        rows = [child for child in viewer.children if isinstance(child, ipywidgets.HBox)]
+        assert rows, make.__name__
+        assert all(row.layout.flex_flow == "row wrap" for row in rows), make.__name__
+
+
 # -- histogram_viewer --------------------------------------------------------------------
 
 
