@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .select import display_name
 
-__all__ = ["BLOCK_ROLE", "Depth", "depth_layout", "leaf_names"]
+__all__ = ["BLOCK_ROLE", "Depth", "depth_layout", "informative_role", "leaf_names"]
 
 BLOCK_ROLE = "(block)"
 """The role of a module that is a whole block by itself (e.g. each layer of an `nn.Sequential`)."""
@@ -101,3 +101,30 @@ def leaf_names(names: Iterable[str]) -> list[str]:
         parts = name.split(".") if name else []
         parents.update(".".join(parts[:i]) for i in range(len(parts)))
     return [n for n in names if n not in parents]
+
+
+_LEARNED = ("Linear", "Conv", "Embedding")
+"""Module types whose outputs differ from block to block (a norm's outputs look alike)."""
+
+
+def informative_role(depth: Depth, types: dict[str, str]) -> str | None:
+    """For a model of repeated blocks, the role a figure opens on (`types`: module name to
+    type name): the first whose modules are learned projections (a Linear, a convolution),
+    else the first role with a module in two blocks or more; None without blocks. Block
+    outputs after a norm look alike from block to block; projections do not.
+
+    Example:
+        >>> d = depth_layout(["layers.0.fc", "layers.0.norm", "layers.1.fc", "layers.1.norm"])
+        >>> informative_role(d, {"layers.0.fc": "Linear", "layers.0.norm": "LayerNorm"})
+        'fc'
+    """
+    if not depth.grouped:
+        return None
+    members: dict[str, list[str]] = {}
+    for name, (_, role) in depth.place.items():
+        if role is not None:
+            members.setdefault(role, []).append(name)
+    repeated = [r for r in depth.roles if len(members.get(r, ())) >= 2]
+    learned = [r for r in repeated if any(k in types.get(members[r][0], "") for k in _LEARNED)]
+    chosen = learned or repeated
+    return chosen[0] if chosen else None

@@ -24,7 +24,7 @@ from .select import as_stashes, first_leaf
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["holds_copies", "later_tensor_stats", "recording_frame", "to_frame", "type_name"]
+__all__ = ["KEYS", "holds_copies", "later_tensor_stats", "recording_frame", "to_frame", "type_name"]
 
 _TYPE_NAMES: dict[type, str] = {}
 
@@ -90,6 +90,9 @@ def first_stats(value: Any) -> Stats | None:
 
 
 _META = ("name", "type", "grad", "call", "step", "kind", "attr", "training")
+KEYS = (*_META, "rank")
+"""Columns of `to_frame()` that say what a row is, not a statistic of it (`rank` in the
+frame of a distributed run's ranks)."""
 
 
 def meta_columns(cols: Columns, objects: dict[int, Stash]) -> dict[str, Any]:

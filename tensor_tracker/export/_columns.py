@@ -5,13 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..data.frame import KEYS
 from ..errors import ArgumentTypeError
 from ..stats import Histogram, Stats
 
 __all__ = ["FrameColumns", "columns_of"]
-
-# Columns of `to_frame()` that say what a row is, not a statistic of it.
-KEYS = ("name", "type", "grad", "call", "step", "kind", "attr", "training", "rank")
 
 
 @dataclasses.dataclass

@@ -270,9 +270,10 @@ def report(
     A `Comparison` (`tensor_tracker.compare`, `compare_models`) gets the page of its run
     `a` with the errors against run `b`: the counts and first divergences in the header,
     a chart of every module's error at the chosen step (forward circles, gradient squares;
-    green bitwise equal, blue within the tolerance, red beyond, darker for larger errors),
-    the module list and the graph's nodes coloured the same way, and each series' error in
-    the module's panel.
+    green bitwise equal, blue within the tolerance, red beyond; hover or tap a point for its
+    module, error and status, click it to open the module), the module list and the
+    graph's nodes coloured the same way (darker for larger errors), and each series' error
+    in the module's panel.
 
     Args:
         recording: a `Tracker`, live or `load`ed, or a `Comparison`; `None` for a page of

@@ -58,8 +58,11 @@ def graph_view(
     the module (a breadcrumb leads back up), hover a node for its shapes, parameters and
     `extra_repr` fields, click a node to highlight what it depends on (green) and what
     depends on it (red) and to show its facts beside the graph. With a `recording`, the
-    picked module's statistics over the recorded steps (and its histogram, when recorded)
-    are shown there too, with a step slider and a statistic picker.
+    picked module's statistics over the recorded steps (and its histograms over the steps,
+    when recorded) are shown there too, with a step slider and a statistic picker; a node's
+    tip (hover or tap) reads out its output's statistic at the step, and "pin" in the
+    node's details keeps modules side by side under it, each with its charts and
+    histogram strips. The page fits any width: on a phone the details go under the graph.
 
     The view is one self-contained page in a sandboxed frame: it needs no ipywidgets and no
     running kernel, and stays interactive in a saved notebook opened again or converted to

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from .. import plot
 from .._optional import require
-from ..data.depth import Depth, depth_layout, leaf_names
+from ..data.depth import depth_layout, informative_role, leaf_names
 from ..data.history import statistics_frame
 from ..data.select import (
     first_stashes,
@@ -46,25 +46,6 @@ NO_HISTOGRAMS = (
     '<code>stats=[*tensor_tracker.stats.DEFAULT, "exp_hist"]</code> (or '
     "<code>stats.histogram()</code>), or without <code>stats=</code> to keep full tensors."
 )
-
-_LEARNED = ("Linear", "Conv", "Embedding")
-"""Module types whose outputs differ from block to block (a norm's outputs look alike)."""
-
-
-def _informative_role(depth: Depth, types: dict[str, str]) -> str | None:
-    """For a model of repeated blocks, the role to open on: the first whose modules are
-    learned projections (a Linear, a convolution), else the first role with a module in
-    two blocks or more; None without blocks."""
-    if not depth.grouped:
-        return None
-    members: dict[str, list[str]] = {}
-    for name, (_, role) in depth.place.items():
-        if role is not None:
-            members.setdefault(role, []).append(name)
-    repeated = [r for r in depth.roles if len(members.get(r, ())) >= 2]
-    learned = [r for r in repeated if any(k in types.get(members[r][0], "") for k in _LEARNED)]
-    chosen = learned or repeated
-    return chosen[0] if chosen else None
 
 
 def history_viewer(tracker: Any) -> ipywidgets.VBox:
@@ -128,7 +109,7 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     names = module_order(outputs or stashes)
     depth = depth_layout(leaf_names(names))
     types = {s.name: getattr(s.type, "__name__", str(s.type)) for s in stashes}
-    role = _informative_role(depth, types)
+    role = informative_role(depth, types)
     if role is not None:
         default = [n for n, (_, r) in depth.place.items() if r == role]
     else:

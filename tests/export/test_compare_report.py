@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from torch import nn
 import tensor_tracker
 from tests.browser import browser, console_errors  # noqa: F401  (the fixture)
 from tests.browser import wait_for as _wait
+from tests.export.test_report_pages import _hover, _touch
 
 
 def _comparison() -> tuple[tensor_tracker.Comparison, nn.Module, torch.Tensor]:
@@ -40,6 +42,7 @@ def _shots() -> Path | None:
 @pytest.mark.slow
 @pytest.mark.parametrize("size", [(1440, 900), (390, 844)])
 def test_the_page_of_a_comparison(tmp_path: Path, browser: Any, size: tuple[int, int]) -> None:  # noqa: F811
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
     cmp, model, x = _comparison()
@@ -56,21 +59,49 @@ def test_the_page_of_a_comparison(tmp_path: Path, browser: Any, size: tuple[int,
     forward = cmp.first_divergence()
     assert forward is not None and forward.name == "2"
     assert firsts[0].text == f"first forward divergence: {forward}"
-    # The chart: one point per aligned output record, coloured by its status.
-    points = browser.find_elements(By.CSS_SELECTOR, "#compare-svg .error-point")
+    # The chart (uPlot): one point per aligned output record, coloured by its status.
+    points = browser.execute_script(
+        "return comparePoints.map((p) => [p.name, p.grad, String(p.status)])"
+    )
     frame = cmp.to_frame()
     assert len(points) == len(frame)
-    status = {
-        (p.get_attribute("data-module"), "grad" in p.get_attribute("class")): p.get_attribute(
-            "data-status"
-        )
-        for p in points
-    }
+    status = {(name, grad): code for name, grad, code in points}
     codes = {"equal": "0", "within": "1", "beyond": "2"}
     for name, grad, s in zip(frame["name"], frame["grad"], frame["status"], strict=True):
         assert status[(name, bool(grad))] == codes[s]
-    lines = browser.find_elements(By.CSS_SELECTOR, "#compare-svg line.first-divergence")
-    assert {line.get_attribute("data-direction") for line in lines} == {"forward", "gradient"}
+    marks = browser.execute_script("return comparePlot.marks.map((m) => m.direction)")
+    assert set(marks) == {"forward", "gradient"}
+    assert browser.execute_script("return comparePlot.axes.map((a) => a.label)") == [
+        "module (in the order they ran)",
+        "log10 rel_rms_error",
+    ]
+    # Module "2"'s output point reads out its module, error and status on hover (a mouse)
+    # or tap (a finger), and a click on it shows the module.
+    over = browser.find_element(By.CSS_SELECTOR, "#compare-plot .u-over")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", over)
+    x, y = browser.execute_script(
+        "const i = DATA.modules.findIndex((m) => m.name === '2');"
+        "const p = comparePoints.find((p) => p.module === i && !p.grad);"
+        "const r = comparePlot.over.getBoundingClientRect();"
+        "return [Math.round(comparePlot.valToPos(i, 'x') - r.width / 2),"
+        "        Math.round(comparePlot.valToPos(p.y, 'y') - r.height / 2)];"
+    )
+    phone = size[0] < 600
+    (_touch if phone else _hover)(browser, over, x, y)
+    _wait(browser, "return document.getElementById('compare-readout').dataset.module === '2'")
+    text = browser.find_element(By.ID, "compare-readout").text
+    error = float(frame[(frame["name"] == "2") & ~frame["grad"]]["rel_rms_error"].iloc[0])
+    shown = re.match(
+        r"2 \(Linear\) \u00b7 step 0 \u00b7 output: rel_rms_error ([-0-9.e+]+) \(beyond\)", text
+    )
+    assert shown is not None, text
+    assert float(shown.group(1)) == pytest.approx(error, rel=1e-3)
+    if phone:
+        _touch(browser, over, x, y)
+    else:
+        ActionChains(browser).move_to_element_with_offset(over, x, y).click().perform()
+    _wait(browser, "return state.module === DATA.modules.findIndex((m) => m.name === '2')")
+    assert browser.find_element(By.ID, "panel-title").text.startswith("2 (Linear)")
     # The module list: modules 0 and 1 ran before the change, equal both ways? No: their
     # gradients went through it; the list shows each module's worst status.
     items = {
@@ -90,14 +121,15 @@ def test_the_page_of_a_comparison(tmp_path: Path, browser: Any, size: tuple[int,
         list(expected), rel=1e-3
     )
     # Nothing runs past the window's width.
-    overflow = browser.execute_script(
-        "return document.getElementById('compare-svg').getBoundingClientRect().right"
-        " <= document.documentElement.scrollWidth"
+    assert browser.execute_script(
+        "return document.getElementById('compare-plot').getBoundingClientRect().right"
+        " <= innerWidth && document.scrollingElement.scrollWidth <= innerWidth"
     )
-    assert overflow
+    assert console_errors(browser) == []
     shots = _shots()
     if shots is not None:
         shots.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(shots / f"report_compare_{size[0]}x{size[1]}.png"))
         browser.execute_script("document.getElementById('compare-section').scrollIntoView()")
+        (_touch if phone else _hover)(browser, over, x, y)
         browser.save_screenshot(str(shots / f"report_compare_{size[0]}x{size[1]}_chart.png"))

@@ -286,6 +286,7 @@ def test_the_report_of_a_bert_run(
 
 @pytest.mark.parametrize("size", list(SIZES), ids=list(SIZES))
 def test_the_graph_view_of_a_bert_run(
+    bert: Any,
     bert_pages: dict[str, Path],
     browser: Any,  # noqa: F811
     size: str,
@@ -293,6 +294,7 @@ def test_the_graph_view_of_a_bert_run(
 ) -> None:
     from selenium.webdriver.common.by import By
 
+    t, _ = bert
     _open(browser, bert_pages["graph"], SIZES[size])
     browser.find_element(By.CSS_SELECTOR, '#graph-svg text[data-expand="encoder#0"]').click()
     node = browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="encoder.layer.0#0"]')
@@ -306,12 +308,69 @@ def test_the_graph_view_of_a_bert_run(
         " (r) => r.getBBox().width)"
     )
     assert len(set(widths)) > 1
-    # The facts of a node on tap, not only on hover.
+    # The facts of a node on tap, not only on hover, and its output's value at the step.
     node = browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="encoder.layer.0#0"]')
     (_touch if size == "phone" else _hover)(browser, node, 0, 0)
     _wait(browser, "return document.getElementById('tip').style.display === 'block'")
-    assert browser.find_element(By.ID, "tip").text.startswith("encoder.layer.0\nBertLayer")
+    tip = browser.find_element(By.ID, "tip").text
+    assert tip.startswith("encoder.layer.0\nBertLayer"), tip
+    frame = t.to_frame().query("name == 'encoder.layer.0' and kind == 'output' and step == 29")
+    value = float(frame[~frame["grad"]]["rms"].mean())
+    shown = re.search(r"\nstep 29 \u00b7 rms: value ([-0-9.e+]+), gradient [-0-9.e+]+$", tip)
+    assert shown is not None, tip
+    assert float(shown.group(1)) == pytest.approx(value, rel=1e-3)
     browser.save_screenshot(str(_folder(tmp_path) / f"graph_view-{size}.png"))
+
+    # Pin two modules from the graph: they sit side by side under the picked node, each
+    # with its statistics over the steps and histogram strips; a pin comes off its card.
+    for layer in ("encoder.layer.0", "encoder.layer.5"):
+        _click(
+            browser,
+            browser.find_element(By.CSS_SELECTOR, f'#graph-svg g.node[data-id="{layer}#0"]'),
+        )
+        _wait(
+            browser,
+            f"return document.querySelector('#node-info h2').textContent.startsWith('{layer} ')",
+        )
+        _click(browser, browser.find_element(By.CSS_SELECTOR, "#node-info button.pin"))
+    cards = browser.find_elements(By.CSS_SELECTOR, "#details #pins .card")
+    assert [c.get_attribute("data-module") for c in cards] == ["encoder.layer.0", "encoder.layer.5"]
+    for card in cards:
+        kinds = {s.get_attribute("data-series") for s in card.find_elements(By.CLASS_NAME, "strip")}
+        assert kinds == {"output/value", "output/grad"}
+        assert len(card.find_elements(By.CSS_SELECTOR, ".strip canvas.histogram")) == 2
+    tops = [c.rect["y"] for c in cards]
+    assert (tops[0] == tops[1]) is (size == "desktop")  # side by side where there is room
+    pinned = browser.find_elements(By.CSS_SELECTOR, "#graph-svg g.node.pinned")
+    assert {g.get_attribute("data-id") for g in pinned} == {
+        "encoder.layer.0#0",
+        "encoder.layer.5#0",
+    }
+    # A strip and a chart read out module, step and value on hover (desktop) or tap (phone).
+    strip = cards[1].find_element(By.CSS_SELECTOR, '.strip[data-series="output/grad"]')
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", strip)
+    (_touch if size == "phone" else _hover)(
+        browser, strip.find_element(By.TAG_NAME, "canvas"), 0, -10
+    )
+    readout = strip.find_element(By.CLASS_NAME, "readout").text
+    assert readout.startswith("encoder.layer.5 \u00b7 step ") and "values in all" in readout, (
+        readout
+    )
+    over = cards[0].find_element(By.CSS_SELECTOR, ".series-chart .u-over")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", over)
+    (_touch if size == "phone" else _hover)(browser, over, 0, 0)
+    _wait(
+        browser,
+        "return document.querySelector('#pins .card .chart-readout').textContent"
+        ".startsWith('encoder.layer.0 \\u00b7 step ')",
+    )
+    assert "output value: " in cards[0].find_element(By.CLASS_NAME, "chart-readout").text
+    _no_sideways_scroll(browser)
+    _nothing_cut(browser)
+    browser.save_screenshot(str(_folder(tmp_path) / f"graph_view-{size}-pins.png"))
+    _click(browser, cards[0].find_element(By.CSS_SELECTOR, "button.pin"))
+    cards = browser.find_elements(By.CSS_SELECTOR, "#pins .card")
+    assert [c.get_attribute("data-module") for c in cards] == ["encoder.layer.5"]
     assert console_errors(browser) == []
 
 

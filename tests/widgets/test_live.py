@@ -14,7 +14,7 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 pytest.importorskip("pyarrow")
 
-from tensor_tracker import track, widgets
+from tensor_tracker import load, track, widgets
 
 
 def _model() -> nn.Sequential:
@@ -79,3 +79,110 @@ def test_bad_sources_are_named(tmp_path: Path) -> None:
         widgets.live_view(tmp_path, figure="pie")
     waiting = widgets.live_view(tmp_path / "nothing yet", start=False)
     assert waiting.figure is None and waiting.steps == []
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + torch.tanh(self.fc(x)))
+
+
+class _Blocks(nn.Module):
+    """An embedding, 8 repeated blocks and a head: 18 leaf modules, as a BERT's layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 8)
+        self.layers = nn.ModuleList(_Block() for _ in range(8))
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def _lines(view: object) -> list[str]:
+    figure = view.figure  # type: ignore[attr-defined]
+    return [line.get_label() for line in figure.axes[0].get_lines() if not line.get_gid()]
+
+
+def test_the_history_opens_on_one_role_across_the_blocks_with_a_legend_and_readout(
+    tmp_path: Path,
+) -> None:
+    """On a model of repeated blocks the view drew every module coloured by depth (a
+    trend and nothing else): it opens on one role across the blocks, each line named."""
+    torch.manual_seed(0)
+    model = _Blocks()
+    with track(model, stats=True, stream_to=tmp_path / "run") as t:
+        _steps(t, model, 4)
+    frame = load(tmp_path / "run").to_frame()
+    view = widgets.live_view(tmp_path / "run", start=False)
+    c = view.controls
+    fc = [f"layers.{i}.fc" for i in range(8)]
+    assert c["show"].value == "role:fc" and c["show"].layout.display != "none"
+    values = [v for _, v in c["show"].options]
+    assert values[:2] == ["role:fc", "role:norm"] and {"extremes", "all"} <= set(values)
+    assert view.shown == fc and _lines(view) == fc
+    legend = view.figure.axes[0].get_legend()
+    assert [text.get_text() for text in legend.get_texts()][:8] == fc
+    # Only the controls that work: statistics recorded, both directions recorded.
+    assert list(c["stat"].options) == ["mean", "std", "rms", "abs_max", "min", "max", "numel"]
+    assert c["grad"].value is True and c["grad"].layout.display != "none"
+    # The readout names each line's module with its value at the latest step.
+    last = frame[(frame["step"] == 3) & frame["grad"] & (frame["kind"] == "output")]
+    rms = last.groupby("name")["rms"].mean()
+    spec = ".3e" if any(abs(rms[n]) < 1e-3 for n in fc) else ".4g"  # one format a table
+    for name in fc:
+        assert f"<td>{name}</td><td style='text-align:right'>{rms[name]:{spec}}</td>" in (
+            view.readout.value
+        )
+    # The y axis fits the data: no format limit lines until asked for.
+    gids = [line.get_gid() or "" for line in view.figure.axes[0].get_lines()]
+    assert not any(g.startswith("limit:") for g in gids)
+    c["limits"].value = True
+    gids = [line.get_gid() or "" for line in view.figure.axes[0].get_lines()]
+    assert any(g.startswith("limit:") for g in gids)
+    # The extremes: the 3 leaf modules with the largest gradient rms, and the 3 smallest.
+    c["show"].value = "extremes"
+    leaves = ["embed", *fc, *[f"layers.{i}.norm" for i in range(8)], "head"]
+    ranked = list(rms[leaves].abs().sort_values(ascending=False).index)
+    assert view.shown == ranked[:3] + ranked[-3:]
+    assert set(_lines(view)) == set(view.shown)
+    c["grad"].value = False
+    assert view.figure is not None and "of each output at step 3" in view.readout.value
+    # names= opens on those modules, read out too.
+    chosen = widgets.live_view(tmp_path / "run", names=r"layers\.[0-3]\.fc$", start=False)
+    assert chosen.controls["show"].value == "names" and _lines(chosen) == fc[:4]
+    assert all(f"<td>{name}</td>" in chosen.readout.value for name in fc[:4])
+
+
+def test_controls_with_nothing_to_choose_are_hidden(tmp_path: Path) -> None:
+    model = _model()
+    with track(model, stats=["rms"], stream_to=tmp_path / "run") as t:
+        for _ in range(3):
+            with torch.no_grad():
+                model(torch.randn(3, 4))
+            t.step()
+    view = widgets.live_view(tmp_path / "run", start=False)
+    c = view.controls
+    assert c["stat"].layout.display == "none" and c["grad"].layout.display == "none"
+    assert c["grad"].value is False  # forward values: the only ones recorded
+    assert _lines(view) == ["0", "1", "2"]  # three modules: each drawn and named
+    scale = widgets.live_view(tmp_path / "run", figure="scale", start=False)
+    assert all(c.layout.display == "none" for c in scale.controls.values())
+    assert scale.figure is not None
+
+
+def test_the_readout_has_one_number_format() -> None:
+    from tensor_tracker.widgets._live import _readout
+
+    text = _readout({"a": 0.5, "b": 1e-5}, ["b", "a"], "rms", True, 7)
+    assert text.index("<td>a</td>") < text.index("<td>b</td>")  # largest first
+    assert ">5.000e-01<" in text and ">1.000e-05<" in text
+    assert ">0.5<" in _readout({"a": 0.5, "b": 2.0}, ["a", "b"], "rms", True, 7)
