@@ -285,6 +285,36 @@ def test_the_report_of_a_bert_run(
 
 
 @pytest.mark.parametrize("size", list(SIZES), ids=list(SIZES))
+def test_a_wide_values_table_scrolls_with_its_series_names_in_view(
+    bert_pages: dict[str, Path],
+    browser: Any,  # noqa: F811
+    size: str,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    # 13 statistics do not fit beside the graph (1440 px) or on a phone: the table scrolls
+    # in its box, says so, and its first column stays put.
+    _open(browser, bert_pages["report"], SIZES[size])
+    browser.execute_script(
+        "arguments[0].click()",
+        browser.find_element(By.CSS_SELECTOR, f'#modules li[data-name="{QUERY}"] .name'),
+    )
+    _wait(browser, "return document.querySelector('#panel .table-wrap') !== null")
+    hint = browser.find_element(By.CSS_SELECTOR, "#panel .table-more")
+    assert hint.text.startswith(f"{len(browser.execute_script('return DATA.stats'))} statistics")
+    left, right = browser.execute_script(
+        "const w = document.querySelector('#panel .table-wrap');"
+        "const cell = w.querySelector('td');"
+        "const before = cell.getBoundingClientRect().left - w.getBoundingClientRect().left;"
+        "w.scrollLeft = w.scrollWidth;"
+        "return [before, cell.getBoundingClientRect().left - w.getBoundingClientRect().left];"
+    )
+    assert abs(left - right) < 1, (left, right)
+    assert browser.find_element(By.CSS_SELECTOR, "#panel .table-wrap td").text == "output value"
+    assert not console_errors(browser)
+
+
+@pytest.mark.parametrize("size", list(SIZES), ids=list(SIZES))
 def test_the_graph_view_of_a_bert_run(
     bert: Any,
     bert_pages: dict[str, Path],
