@@ -164,6 +164,22 @@ def configurations() -> dict[str, tuple[Factory, float | None]]:
             _MinimalBlockStats,
             None,
         ),
+        # Issue #30 item 3: one vector per record, kept on the device beside the raw rows.
+        "stats=True + per_channel abs_max": (
+            lambda m: tensor_tracker.track(m, stats=[*stats.DEFAULT, stats.per_channel("abs_max")]),
+            None,
+        ),
+        "stats=True + per_channel abs_max + per_sample rms": (
+            lambda m: tensor_tracker.track(
+                m,
+                stats=[*stats.DEFAULT, stats.per_channel("abs_max"), stats.per_sample("rms")],
+            ),
+            None,
+        ),
+        "  floor: minimal hooks, stats=True kernels + one abs_max per channel": (
+            _MinimalChannelStats,
+            None,
+        ),
     }
 
 
@@ -225,7 +241,7 @@ def overhead_table(
                 paired_ratios(lambda: train_step(untracked, x), step_tracked, pairs)
             )
             count = len(tracker.stashes)
-            if type(tracker) in (_MinimalStats, _MinimalBlockStats):
+            if type(tracker) in (_MinimalStats, _MinimalBlockStats, _MinimalChannelStats):
                 count //= 4  # four numbers per tensor
             held = f"{tracker.nbytes:,}" if isinstance(tracker, tensor_tracker.Tracker) else "-"
         if target is None:
@@ -324,6 +340,21 @@ class _MinimalBlockStats(_MinimalStats):
     def _stats(self, tensor: Tensor) -> None:
         super()._stats(tensor)
         self.raw.append(self.blocks(tensor.detach()))
+
+
+class _MinimalChannelStats(_MinimalStats):
+    """The floor of the per-channel row: `_MinimalStats`' four numbers, then the largest
+    magnitude per channel (last dimension), |x| and one reduction, kept as a tensor."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        self.vectors: list[Tensor] = []
+
+    def _stats(self, tensor: Tensor) -> None:
+        super()._stats(tensor)
+        x = tensor.detach()
+        dims = tuple(range(x.dim() - 1))
+        self.vectors.append(x.abs().amax(dim=dims) if dims else x.abs())
 
 
 class _MinimalSums(_MinimalStats):

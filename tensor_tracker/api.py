@@ -83,7 +83,7 @@ class Tracker(Recorder):
         """
         self._sync()
         stats_fn = getattr(self._stash_fn, "stash_value", None)
-        names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
+        names = (stats_fn.names + stats_fn.layout.vectors) if isinstance(stats_fn, StatsFn) else ()
         frame = to_frame(self.stashes, stat, stat_name, names)
         ranks = self._ranks()
         if ranks is not None:
@@ -183,7 +183,8 @@ class Tracker(Recorder):
         `to_frame()` with `ranks` 1.
 
         Counts, sums, means, spreads, extremes, non-finite counts, format fractions and
-        histograms combine exactly; custom statistics cannot (NaN); see
+        histograms combine exactly; custom statistics cannot (NaN); statistics per
+        channel or per sample are left out (each rank's own are in `to_frame()`); see
         `tensor_tracker.stats.combine`. It suits tensors split across ranks: a
         data-parallel batch's activations and their gradients, FSDP's parameter shards.
         Replicated tensors (DDP's parameters, a `DTensor` with a `Replicate` placement)

@@ -17,6 +17,8 @@ with temporary hooks (summary, graphs) in `tensor_tracker.probe`; both build on 
 - `differences`: the arithmetic of `compare`: errors, cosine, exact ULP distances.
 - `samples`: `sample_values` and `sample_stats`, one batch item's values per channel at
   every module and every sample's statistics across the batch, from full copies.
+- `channels`: `channel_table` and `outlier_channels`, a statistic per channel
+  (`stats.per_channel`) by module and step, and the channels that stand out.
 - `exponents`: `format_fractions`, every number format's overflow and underflow fractions
   read after the fact from the recorded exponent histogram (`"exp_hist"`).
 """

@@ -16,8 +16,9 @@ from torch import Tensor
 from .._optional import require
 from .._validate import check_int, check_number, check_type
 from ..errors import ArgumentValueError
-from ..stats import DEFAULT, Statistic
+from ..stats import DEFAULT, PerAxis, Statistic, per_channel
 from ..stats.formats import BLOCK_FORMATS, FORMATS
+from .channels import DEFAULT_OUTLIER_RATIO, outlier_channels, table_of_frame
 from .frame import holds_copies, recording_frame, to_frame
 from .nonfinite import first_nonfinite
 
@@ -45,7 +46,7 @@ def dead_fraction(x: Tensor) -> Tensor:
     return 1 - alive.to(torch.float32).mean()
 
 
-diagnosis_stats: tuple[str | Statistic, ...] = (
+diagnosis_stats: tuple[str | Statistic | PerAxis, ...] = (
     *DEFAULT,
     "zero_frac",
     "fp16_overflow",
@@ -53,16 +54,18 @@ diagnosis_stats: tuple[str | Statistic, ...] = (
     "bf16_overflow",
     "bf16_underflow",
     Statistic("dead_frac", dead_fraction),
+    per_channel("abs_max"),
 )
 """A `stats=` spec that gives `diagnose` everything it reads from activations and gradients:
-the default statistics, the fp16/bf16 overflow and underflow fractions and `dead_frac`
-(`dead_fraction`). Add `"fp8_e4m3_overflow"` etc. to check fp8 too.
+the default statistics, the fp16/bf16 overflow and underflow fractions, `dead_frac`
+(`dead_fraction`) and the largest magnitude per channel (`per_channel("abs_max")`, for
+the outlier channels check). Add `"fp8_e4m3_overflow"` etc. to check fp8 too.
 
 Example:
     >>> with tensor_tracker.track(model, stats=tensor_tracker.diagnosis_stats) as t:
     ...     model(x).square().mean().backward()
     >>> sorted(t.to_frame().columns)[:4]
-    ['abs_max', 'attr', 'bf16_overflow', 'bf16_underflow']
+    ['abs_max', 'abs_max_per_channel', 'attr', 'bf16_overflow']
 """
 
 
@@ -73,7 +76,7 @@ class Finding:
     Attributes:
         check: which check found it (`"vanishing_gradients"`, `"exploding_gradients"`,
             `"dead_units"`, `"saturation"`, `"fp16_overflow"`, `"fp16_underflow"`, ...,
-            `"update_size"`, `"loss_spike"`, `"nonfinite"`).
+            `"update_size"`, `"outlier_channels"`, `"loss_spike"`, `"nonfinite"`).
         modules: what it is about, most affected first: modules (by name, `"0"`: their
             outputs), parameters (`"0.bias"`) or a module's inputs (`"0 input x"`); the
             explanation says which.
@@ -552,6 +555,45 @@ def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding
     return f"{len(ratios)} update(s) of {len(by_param)} parameter(s), median {np.median(data):.2g}"
 
 
+def _check_outlier_channels(rec: _Recording, k: float, found: list[Finding]) -> str:
+    column = "abs_max_per_channel"
+    if column not in rec.frame.columns and not rec.copies:
+        return (
+            "skipped: no abs_max per channel recorded (add "
+            "tensor_tracker.stats.per_channel('abs_max') to stats=, or keep full copies)"
+        )
+    table = table_of_frame(rec.frame, rec.stashes, column, False, "output")
+    if not table.modules:
+        return "skipped: no module output has channels"
+    for o in outlier_channels(table, k):
+        channels = ", ".join(map(str, o.channels[:20]))
+        if len(o.channels) > 20:
+            channels += f" (+{len(o.channels) - 20})"
+        steps = ", ".join(map(str, o.steps[:20])) + (" ..." if len(o.steps) > 20 else "")
+        found.append(
+            Finding(
+                "outlier_channels",
+                (o.module,),
+                (o.steps[0], o.steps[-1]),
+                {
+                    "channels": channels,
+                    "abs_max / median channel": o.ratio,
+                    "median channel abs_max": o.median,
+                    "steps": steps,
+                },
+                f"{len(o.channels)} channel(s) of {o.module or '<root>'}'s output reach "
+                f"{o.ratio:.3g} times its median channel (over {k:g})",
+                "a per-tensor scale fits these channels and crushes the others: keep them "
+                "in higher precision or scale per channel (LLM.int8-style decomposition, "
+                "SmoothQuant), or look at what writes them (a LayerNorm gain, a bias)",
+            )
+        )
+    return (
+        f"abs_max per channel of {len(table.modules)} module output(s), outliers above "
+        f"{k:g}x the median channel"
+    )
+
+
 def _check_loss_values(loss: Any) -> None:
     """`loss` must be numbers (a list, or `{step: value}` with int steps)."""
     what = "the loss per step: a list of numbers or {step: number}"
@@ -619,6 +661,7 @@ def diagnose(
     block_error: float = 2.0,
     update_size: tuple[float, float] = (1e-5, 1e-1),
     spike: float = 6.0,
+    outlier_ratio: float = DEFAULT_OUTLIER_RATIO,
 ) -> Diagnosis:
     """Look for the usual training pathologies in a recording; return a table of findings.
 
@@ -659,6 +702,16 @@ def diagnose(
     - `update_size`: with parameters recorded as copies (`capture=("outputs", "params")`,
       no `stats=`), `rms(change) / rms(parameter)` between recorded steps outside
       `update_size` (the usual value is ~1e-3), naming the parameters.
+    - `outlier_channels`: module outputs with a channel whose `abs_max` passes
+      `outlier_ratio` times the median channel of the same module at the same step (record
+      `tensor_tracker.stats.per_channel("abs_max")`, as `diagnosis_stats` does, or full
+      copies: channels are the last
+      dimension), one finding per module naming the channels and the steps, in forward
+      order: a channel carried by a residual stream shows in every module after the one
+      that writes it, so the first finding is where it appears (see
+      `tensor_tracker.data.channels.DEFAULT_OUTLIER_RATIO` for why 10: Gaussian channels
+      stay under 7, the outlier features of LLM.int8 and massive activations are 20 to
+      10,000 times).
     - `loss_spike`, given `loss=` (a value per step, a list or `{step: value}`): a value
       more than `spike` robust standard deviations above the median of the 20 before it
       (or not finite).
@@ -677,6 +730,8 @@ def diagnose(
             data above which a module is reported.
         update_size: `(low, high)` bounds of the update-to-parameter rms ratio.
         spike: robust standard deviations for a loss spike.
+        outlier_ratio: `k` of the outlier channels check: a channel's `abs_max` over its
+            module's median channel above which it is reported (above 1).
 
     Returns:
         A `Diagnosis`: findings (empty when nothing looks wrong) and what was checked.
@@ -722,6 +777,13 @@ def diagnose(
     check_number(underflow, "diagnose(underflow=...)", fraction, low=0, high=1)
     check_number(spike, "diagnose(spike=...)", "robust standard deviations", low=0, open_low=True)
     check_number(block_error, "diagnose(block_error=...)", "a relative error", low=0, open_low=True)
+    check_number(
+        outlier_ratio,
+        "diagnose(outlier_ratio=...)",
+        "a ratio to the median channel",
+        low=1,
+        open_low=True,
+    )
     check_type(update_size, (tuple, list), "diagnose(update_size=...)", "(low, high)")
     if len(update_size) != 2:
         raise ArgumentValueError(
@@ -763,6 +825,7 @@ def diagnose(
     checked["saturation"] = _check_saturation(rec, saturation, found)
     checked["formats"] = _check_formats(rec, formats, overflow, underflow, block_error, found)
     checked["update_size"] = _check_updates(rec, update_size[0], update_size[1], found)
+    checked["outlier_channels"] = _check_outlier_channels(rec, outlier_ratio, found)
     if loss is not None:
         checked["loss"] = _check_loss(loss, spike, found)
     return Diagnosis(tuple(found), checked)

@@ -139,7 +139,10 @@ def _store_table(cols: Columns, refs: Any) -> dict[str, Any]:
     derived = store.layout.derive(raw, numel)
     # Histogram counts stay one 2-D array until a frame column needs them as lists: a frame
     # of one scalar statistic then makes no list per row.
-    return {k: v.numpy() for k, v in derived.items()}
+    out: dict[str, Any] = {k: v.numpy() for k, v in derived.items()}
+    for name, vectors in store.vector_table(torch.from_numpy(refs)).items():
+        out[name] = [v.numpy() for v in vectors]
+    return out
 
 
 def _columns(stashes: Sequence[Stash]) -> Columns:
@@ -230,7 +233,12 @@ def to_frame(
     blocks: list[tuple[Any, dict[str, Any]]] = [(store_rows, _store_table(cols, store_refs))]
     found = {i: first_stats(v) for i, v in values.items()}
     with_stats = [i for i, v in found.items() if v is not None]
-    blocks.append((with_stats, stats_table([found[i] for i in with_stats])))  # type: ignore[misc]
+    object_table = stats_table([found[i] for i in with_stats])  # type: ignore[misc]
+    for name in {n for i in with_stats for n in found[i].layout.vectors}:  # type: ignore[union-attr]
+        object_table[name] = [
+            v if isinstance(v, float) else np.array(v, dtype=np.float64) for v in object_table[name]
+        ]
+    blocks.append((with_stats, object_table))
     table: dict[str, list[tuple[Any, Any]]] = {}
     for rows, block in blocks:
         for name, column in block.items():
@@ -267,10 +275,11 @@ def to_frame(
 
 def _assemble(np: Any, n: int, parts: list[tuple[Any, Any]]) -> Any:
     """One column of `n` rows from `(rows, values)` parts, NaN elsewhere; a histogram's
-    counts (a list per row) make an object column."""
+    counts (a list per row) and statistics per channel or sample (a numpy array per row)
+    make an object column."""
     listed = any(
         getattr(values, "ndim", 1) == 2
-        or (isinstance(values, list) and values and isinstance(values[0], list))
+        or (isinstance(values, list) and any(not isinstance(v, float) for v in values))
         for _, values in parts
     )
     full = np.full(n, math.nan, dtype=object if listed else np.float64)

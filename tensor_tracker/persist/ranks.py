@@ -53,6 +53,8 @@ class Part:
         spec: the statistics' layout spec (`None` without `stats=`).
         objects: the values kept as objects.
         log: the scalars and notes of `Tracker.log`/`note`.
+        vectors: the statistics per channel / per sample of the statistics rows, per
+            statistic `(lengths, float64 bytes)` (`None` when there are none).
     """
 
     rank: int
@@ -69,6 +71,7 @@ class Part:
     spec: tuple[Any, ...] | None
     objects: list[Any]
     log: list[LogEntry]
+    vectors: list[tuple[list[int], bytes]] | None = None
 
 
 def part_of(columns: Columns, rank: int, world_size: int, log: Sequence[LogEntry] = ()) -> Part:
@@ -89,12 +92,14 @@ def part_of(columns: Columns, rank: int, world_size: int, log: Sequence[LogEntry
             )
     raw, numel = b"", b""
     spec = None
+    vectors = None
     if isinstance(store, StatsStore):
         spec = store.layout.spec
         if stored:
             table, counts = store.table(torch.tensor(list(stored), dtype=torch.int64))
             raw = table.contiguous().numpy().tobytes()
             numel = counts.to(torch.int64).numpy().tobytes()
+            vectors = store.vector_bytes(torch.tensor(list(stored), dtype=torch.int64))
     # Classes travel by name: a class defined in a function cannot be pickled.
     sites = [(s.name, type_name(s.cls), str(s.kind), s.attr) for s in columns.sites]
     return Part(
@@ -112,6 +117,7 @@ def part_of(columns: Columns, rank: int, world_size: int, log: Sequence[LogEntry
         spec,
         objects,
         list(log),
+        vectors,
     )
 
 
@@ -122,7 +128,9 @@ def _columns_of(part: Part) -> Columns:
     columns = Columns(store)
     for name, type_, kind, attr in part.sites:
         columns.site_id(name, module_class(type_), kind, attr)  # type: ignore[arg-type]
-    first, stride = (0, 1) if store is None else store.add_host_rows(part.raw, part.numel)
+    first, stride = (
+        (0, 1) if store is None else store.add_host_rows(part.raw, part.numel, part.vectors)
+    )
     ref = array("i")
     ref.frombytes(part.ref)
     flags = array("B")
@@ -181,10 +189,14 @@ def _append(into: Columns, source: Columns) -> None:
     if refs:
         assert isinstance(source.store, StatsStore) and isinstance(store, StatsStore)
         raw, numel = source.store.table(torch.tensor(list(refs), dtype=torch.int64))
+        vectors = None
         if source.store.layout.spec != store.layout.spec:
+            # Ranks with different statistics: their vectors are not carried over.
             raw = _convert(source.store.layout, store.layout, raw, numel)
+        else:
+            vectors = source.store.vector_bytes(torch.tensor(list(refs), dtype=torch.int64))
         first, stride = store.add_host_rows(
-            raw.contiguous().numpy().tobytes(), numel.to(torch.int64).numpy().tobytes()
+            raw.contiguous().numpy().tobytes(), numel.to(torch.int64).numpy().tobytes(), vectors
         )
     site_map = [into.site_id(*site) for site in source.sites]
     for row in range(n):

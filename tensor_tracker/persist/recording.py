@@ -35,9 +35,13 @@ Format (`FORMAT`, version `VERSION` = 2), a directory holding:
 ``records.blocks``
     ``step int64, call int32, site int32, flags uint8`` (`GRAD` 1, `TRAINING` 2, `TUPLE` 4
     as in `tensor_tracker.core.columns`), then the value: statistics as ``numel int64`` and
-    ``raw`` (a fixed-size list of float64, the `Layout`'s raw vector), or ``value``, a JSON
+    ``raw`` (a fixed-size list of float64, the `Layout`'s raw vector), and, only when the
+    spec holds statistics per channel or per sample (``{"per_axis": {"stat", "dim",
+    "axis"}}``), a last column ``vectors`` (a list per record of one list of float64 per
+    such statistic, in spec order, each at most ``numel`` long); or ``value``, a JSON
     text for anything else, where ``{"$tensor": key}`` is a tensor stored under ``key`` in
-    the commit's ``tensors`` file, ``{"$stats": [...], "numel": n}`` statistics,
+    the commit's ``tensors`` file, ``{"$stats": [...], "numel": n}`` statistics (and
+    ``"vectors": [[...], ...]`` when the spec has vectors),
     ``{"$tuple": [...]}`` a tuple, ``{"$dict": [[key, value], ...]}`` a dict,
     ``{"$unrecorded": [type, reason]}`` an `Unrecorded`, ``{"$torch": "torch.float32"}`` and
     ``{"$device": "cpu"}`` torch's dtypes, layouts and devices, ``{"$repr": text}`` another
@@ -68,6 +72,11 @@ is wrong; with ``recover=True`` the commits before the first problem are read, w
 warning saying what was dropped. A recording whose writer stopped without closing it
 (killed, crashed: its lock is free but ``complete`` is false) loads its whole commits and
 warns once; `Recording.complete` says so.
+
+Statistics per channel / per sample extend version 2 without a new version number: a
+recording without them is byte for byte what it was, and one with them names a
+``per_axis`` item in its spec, which a tensor_tracker from before them refuses with a
+`RecordingError` ("an unknown statistic") before reading any block.
 
 Version 2 (checksums, journal, lock, ``.blocks`` files) replaced version 1 (plain Arrow
 streams with compressed buffers, a pid for liveness), which cannot be read safely (its
@@ -191,9 +200,11 @@ class RecordingWriter:
                 )
             self._stats = stats
             spec = None if stats is None else spec_to_json(stats)
-            self._width = 0 if spec is None else spec_from_json(spec).layout.width
+            layout = None if spec is None else spec_from_json(spec).layout
+            self._width = 0 if layout is None else layout.width
+            self._vectors = 0 if layout is None else len(layout.vectors)
             self._run = uuid.uuid4().hex
-            self.schemas = schemas(pa, self._width, self._run)
+            self.schemas = schemas(pa, self._width, self._run, self._vectors)
             self._sites_written = 0
             self.commits = 0
             """How many commits are on disk (a caller compares it around `write` to know
@@ -313,6 +324,7 @@ class RecordingWriter:
         raw: list[Any] = [None] * n
         values: list[str | None] = [None] * n
         store = columns.store
+        stats_rows: list[int] = []
         for row in range(n):
             f = flags[row]
             where = f"record {row} (step {steps[row]})"
@@ -332,7 +344,17 @@ class RecordingWriter:
                 numel[row] = stats.numel
                 raw[row] = stats._host_values()
                 flags[row] = f & (GRAD | TRAINING | TUPLE)
+                stats_rows.append(row)
         schema = self.schemas[RECORDS]
+        extra = []
+        if self._vectors:
+            assert isinstance(store, StatsStore)
+            vectors: list[Any] = [None] * n
+            refs = torch.tensor([columns.ref[row] for row in stats_rows], dtype=torch.int64)
+            table = list(store.vector_table(refs).values()) if stats_rows else []
+            for k, row in enumerate(stats_rows):
+                vectors[row] = [column[k].tolist() for column in table]
+            extra.append(pa.array(vectors, schema.field("vectors").type))
         name = f"{self.commits:06d}.safetensors" if encoder.tensors else None
         return pa.record_batch(
             [
@@ -344,6 +366,7 @@ class RecordingWriter:
                 pa.array(raw, schema.field("raw").type),
                 pa.array(values, pa.string()),
                 pa.array([None if v is None else name for v in values], pa.string()),
+                *extra,
             ],
             schema=schema,
         )

@@ -22,7 +22,7 @@ from ..core.structure import walks_attributes
 from ..data.frame import type_name
 from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, Stats, StatsFn
-from ..stats.spec import Blocks, CustomName, Statistic
+from ..stats.spec import Blocks, CustomName, PerAxis, Statistic
 
 __all__ = [
     "JOURNAL",
@@ -55,7 +55,7 @@ MAX_BINS = 1 << 20  # histogram bins a recording may declare (8 MiB per raw vect
 # -- the statistics spec as JSON ---------------------------------------------------------
 
 
-def spec_to_json(spec: Sequence[str | Histogram | Blocks | CustomName]) -> list[Any]:
+def spec_to_json(spec: Sequence[str | Histogram | Blocks | CustomName | PerAxis]) -> list[Any]:
     out: list[Any] = []
     for item in spec:
         if isinstance(item, str):
@@ -64,6 +64,8 @@ def spec_to_json(spec: Sequence[str | Histogram | Blocks | CustomName]) -> list[
             out.append({"custom": item.name})
         elif isinstance(item, Blocks):
             out.append({"blocks": dataclasses.asdict(item)})
+        elif isinstance(item, PerAxis):
+            out.append({"per_axis": dataclasses.asdict(item)})
         else:
             out.append({"histogram": dataclasses.asdict(item)})
     return out
@@ -96,6 +98,8 @@ def spec_from_json(items: Any) -> StatsFn:
                     raise RecordingError(f"block statistics {fields.get('stats')!r}"[:200])
                 fields["stats"] = tuple(fields["stats"])
                 spec.append(Blocks(**fields))  # which checks every field as blocks() does
+            elif isinstance(item, dict) and isinstance(item.get("per_axis"), dict):
+                spec.append(PerAxis(**item["per_axis"]))  # which checks every field
             else:
                 raise RecordingError(f"an unknown statistic {item!r}"[:200])
         return StatsFn(spec)
@@ -135,6 +139,12 @@ class Encoder:
             self.tensors[key] = value.detach().to("cpu", copy=True).contiguous()
             return {"$tensor": key}
         if isinstance(value, Stats):
+            if value.vectors:
+                return {
+                    "$stats": value._host_values(),
+                    "numel": value.numel,
+                    "vectors": [v.tolist() for v in value.vectors],
+                }
             return {"$stats": value._host_values(), "numel": value.numel}
         if isinstance(value, Unrecorded):
             return {"$unrecorded": [value.type, value.reason]}
@@ -205,7 +215,7 @@ def decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) ->
         return torch.device(plain["$device"])
     if len(plain) == 1 and isinstance(plain.get("$repr"), str):
         return plain["$repr"]
-    if len(plain) == 2 and isinstance(plain.get("$stats"), list):
+    if len(plain) in (2, 3) and isinstance(plain.get("$stats"), list):
         if layout_fn is None:
             raise RecordingError("statistics in a recording whose metadata names none")
         values, numel = plain["$stats"], plain["numel"]
@@ -214,13 +224,32 @@ def decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) ->
             raise RecordingError(f"statistics of {len(values)} numbers, not {layout.width}")
         if not isinstance(numel, int) or numel < 0:
             raise RecordingError(f"statistics of numel {numel!r}")
-        return Stats._of_floats(layout, [float(v) for v in values], numel)
+        vectors = plain.get("vectors", []) if len(plain) == 3 else []
+        if (
+            not isinstance(vectors, list)
+            or len(vectors) != len(layout.vectors)
+            or not all(isinstance(v, list) and len(v) <= numel for v in vectors)
+            or not all(isinstance(x, (int, float)) for v in vectors for x in v)
+        ):
+            raise RecordingError(
+                f"statistics with {len(layout.vectors)} vectors of at most numel values each "
+                "expected"
+            )
+        return Stats._of_floats(
+            layout,
+            [float(v) for v in values],
+            numel,
+            tuple(torch.tensor(v, dtype=torch.float64) for v in vectors),
+        )
     raise RecordingError(f"unknown value {plain!r}"[:200])
 
 
-def schemas(pa: Any, width: int, run: str) -> dict[str, Any]:
-    """The schema of each blocks file (its metadata holds the run id)."""
+def schemas(pa: Any, width: int, run: str, vectors: int = 0) -> dict[str, Any]:
+    """The schema of each blocks file (its metadata holds the run id); records of a
+    recording with `vectors` statistics per channel or per sample have a `vectors` column
+    too (and only then: other recordings stay as they were)."""
     raw_type = pa.list_(pa.float64(), width) if width else pa.list_(pa.float64())
+    extra = [("vectors", pa.list_(pa.list_(pa.float64())))] if vectors else []
     metadata = {RUN_KEY: run.encode()}
     string = pa.string()
     return {
@@ -244,6 +273,7 @@ def schemas(pa: Any, width: int, run: str) -> dict[str, Any]:
                 ("raw", raw_type),
                 ("value", string),
                 ("tensors", string),
+                *extra,
             ],
             metadata=metadata,
         ),

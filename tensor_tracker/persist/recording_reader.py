@@ -83,7 +83,8 @@ class CommitReader:
         self.columns = Columns(self.store)
         self.log: list[LogEntry] = []
         self.width = 0 if stats is None else stats.layout.width
-        self.schemas = schemas(pa, self.width, run)
+        self.vectors = 0 if stats is None else len(stats.layout.vectors)
+        self.schemas = schemas(pa, self.width, run, self.vectors)
         self.files: dict[str, bytes] = {}
         self.sites = 0
         self.steps: set[int] = set()
@@ -227,10 +228,52 @@ class CommitReader:
             raw_null = table.column("raw").is_null().to_numpy(zero_copy_only=False)[stats_rows]
             if self.store is None or raw_null.any() or np.isnan(numel).any() or (numel < 0).any():
                 raise RecordingError(f"{where}: statistics rows without their numbers")
+        if self.vectors:
+            self.check_vectors(table, stats_rows)
         names = set(table.column("tensors").drop_null().to_pylist())
         if names - {None if entry is None else entry["name"]}:
             raise RecordingError(f"{where}: records name a tensors file their commit has not")
         return stats_rows
+
+    def check_vectors(self, table: Any, stats_rows: Any) -> None:
+        """The `vectors` column: one list of `self.vectors` vectors on each statistics
+        row (none elsewhere), each vector at most its row's `numel` long, nothing null."""
+        pa = require("pyarrow", "save")
+        np = require("numpy", "save")
+        where = self.root / RECORDS
+        column = table.column("vectors").combine_chunks()
+        null = column.is_null().to_numpy(zero_copy_only=False)
+        is_stats = np.zeros(len(table), dtype=bool)
+        is_stats[stats_rows] = True
+        if (null == is_stats).any():
+            raise RecordingError(f"{where}: statistics rows without their vectors, or others with")
+        held = column.filter(pa.array(is_stats))
+        counts = pa.compute.list_value_length(held).to_numpy(zero_copy_only=False)
+        if (counts != self.vectors).any():
+            raise RecordingError(f"{where}: a statistics row without {self.vectors} vectors")
+        inner = held.flatten()
+        if inner.null_count or inner.flatten().null_count:
+            raise RecordingError(f"{where}: a null vector or value")
+        lengths = pa.compute.list_value_length(inner).to_numpy(zero_copy_only=False)
+        numel = table.column("numel").to_numpy(zero_copy_only=False)[stats_rows]
+        if (lengths > np.repeat(numel, self.vectors)).any():
+            raise RecordingError(f"{where}: a vector longer than its tensor has values")
+
+    def vector_rows(self, column: Any, rows: Any) -> list[tuple[list[int], bytes]] | None:
+        """The vectors of the statistics rows `rows` of a checked `vectors` column, per
+        statistic: lengths and float64 bytes (what `StatsStore.add_host_rows` takes)."""
+        if not self.vectors:
+            return None
+        pa = require("pyarrow", "save")
+        np = require("numpy", "save")
+        inner = column.combine_chunks().take(pa.array(rows, pa.int64())).flatten()
+        out = []
+        for k in range(self.vectors):
+            picked = inner.take(pa.array(np.arange(k, len(inner), self.vectors), pa.int64()))
+            lengths = pa.compute.list_value_length(picked).to_numpy(zero_copy_only=False)
+            values = picked.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+            out.append((lengths.astype(np.int64).tolist(), values.tobytes()))
+        return out
 
     def objects(self, table: Any, tensors: dict[str, Tensor]) -> dict[int, Any]:
         """The decoded values of the rows that hold one, by row."""
@@ -277,8 +320,13 @@ class CommitReader:
             assert self.store is not None
             raw = table.column("raw").combine_chunks().flatten().to_numpy()
             numel = table.column("numel").to_numpy().astype(np.int64)
+            vectors = (
+                self.vector_rows(table.column("vectors"), np.arange(len(site)))
+                if self.vectors
+                else None
+            )
             first, stride = self.store.add_host_rows(
-                raw.astype(np.float64).tobytes(), numel.tobytes()
+                raw.astype(np.float64).tobytes(), numel.tobytes(), vectors
             )
             refs = first + stride * np.arange(len(site), dtype=np.int64)
             self.columns.add_rows(site, call, step, flags, refs)
@@ -293,7 +341,8 @@ class CommitReader:
             assert self.store is not None
             raw = array("d", raws[row].as_py()).tobytes()
             numel = array("q", [numels[row].as_py()]).tobytes()
-            ref, _ = self.store.add_host_rows(raw, numel)
+            vectors = self.vector_rows(table.column("vectors"), [row]) if self.vectors else None
+            ref, _ = self.store.add_host_rows(raw, numel, vectors)
             self.columns.add(s, c, t, f, ref)
 
 

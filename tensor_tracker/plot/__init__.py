@@ -9,6 +9,8 @@
 - `sample_plot`: one batch item's values per channel at every module (modules x channels),
   and which sample of the batch stands out.
 - `histogram_heatmap`: one module's histogram over training steps.
+- `channel_map`: a statistic per channel (`stats.per_channel`) of every module, channels x
+  modules on a log colour scale: outlier channels stand out.
 - `module_graph`, `autograd_graph`: a level of `tensor_tracker.module_graph`, or the
   operations of `tensor_tracker.autograd_graph`, as a figure (PNG/PDF with `fig.savefig`).
 
@@ -29,6 +31,7 @@ Example:
 """
 
 from ..data.embedding import MAX_TOKENS, default_layers
+from ._channels import channel_map
 from ._compare import compare
 from ._embedding import umap_plot
 from ._figure import DEFAULT_FORMATS
@@ -43,6 +46,7 @@ __all__ = [
     "MAX_HEIGHT",
     "MAX_TOKENS",
     "autograd_graph",
+    "channel_map",
     "compare",
     "default_layers",
     "histogram",

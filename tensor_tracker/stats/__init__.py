@@ -69,6 +69,15 @@ modulus, while `mean`, `std`, `min` and `max` describe the distribution of `|z|`
 complex mean would not fit in a float column), and format fractions count `|z|` against
 each format's limits. Custom statistics receive the complex tensor itself.
 
+Statistics per channel and per sample: `per_channel(stat, dim=-1)` and
+`per_sample(stat, dim=0)` (`stat` one of `abs_max`, `rms`, `mean`, `abs_mean`) keep one
+number per index of `dim`, reducing every other dimension: a vector per tensor, named
+`<stat>_per_channel` / `<stat>_per_sample`, computed on the device in the same call (one
+reduction, no host sync). Each record keeps its own width (the size of `dim` there).
+They show which hidden channels carry outliers (LLM.int8's outlier features, "massive
+activations") and which sample of a batch stands out; `tensor_tracker.data.channel_table`
+and `tensor_tracker.plot.channel_map` read them.
+
 Fractions are over all `numel` values. An empty tensor gives `numel` 0, counts and `sum` 0,
 NaN for everything else. When a tensor holds any NaN or ±inf, `mean`, `std` and `rms` are NaN,
 on every device (count the culprits with `nonfinite`); when only its spread overflows the
@@ -89,6 +98,8 @@ Modules, from what a user names to what a hook runs and a table reads:
 - `layout`: `Layout`, which statistics a raw vector holds and how each is derived.
 - `fn`: `StatsFn` (`parse`, `compute`): a tensor to its `Stats`.
 - `values`: `Stats`, one tensor's statistics, on its device until read.
+- `vectors`: statistics per channel / per sample: their kernel and `VectorRows`, where a
+  store keeps them.
 - `store`: `StatsStore`, many tensors' statistics in one buffer per device.
 - `table`: `stats_table`, many `Stats` read to the host at once.
 - `merging`: the statistics of several tensors combined (across ranks).
@@ -111,9 +122,12 @@ from .spec import (
     NAMES,
     Blocks,
     Histogram,
+    PerAxis,
     Statistic,
     blocks,
     histogram,
+    per_channel,
+    per_sample,
 )
 from .table import stats_table
 from .values import Stats
@@ -126,6 +140,7 @@ __all__ = [
     "Blocks",
     "Histogram",
     "Layout",
+    "PerAxis",
     "Spec",
     "Statistic",
     "Stats",
@@ -137,5 +152,7 @@ __all__ = [
     "histogram",
     "inexact_names",
     "parse",
+    "per_channel",
+    "per_sample",
     "stats_table",
 ]

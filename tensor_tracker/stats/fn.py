@@ -25,12 +25,14 @@ from .spec import (
     CustomName,
     Histogram,
     Item,
+    PerAxis,
     Statistic,
     item_name,
     parse_items,
 )
 from .store import StatsStore
 from .values import Stats
+from .vectors import VectorFn, vector_items
 
 __all__ = ["Spec", "StatsFn", "compute", "parse"]
 
@@ -62,10 +64,11 @@ def _not_recomputable(tensor: Tensor) -> Tensor:
     )
 
 
-_UNPICKLED_LAYOUTS: dict[tuple[str | Histogram | Blocks | CustomName, ...], Layout] = {}
+LayoutSpec: TypeAlias = tuple[str | Histogram | Blocks | CustomName | PerAxis, ...]
+_UNPICKLED_LAYOUTS: dict[LayoutSpec, Layout] = {}
 
 
-def layout_from_spec(spec: tuple[str | Histogram | Blocks | CustomName, ...]) -> Layout:
+def layout_from_spec(spec: LayoutSpec) -> Layout:
     """The layout of a pickled `Stats`: one per spec, so unpickled stats batch together."""
     layout = _UNPICKLED_LAYOUTS.get(spec)
     if layout is None:
@@ -124,6 +127,7 @@ class StatsFn:
         "_range",
         "_simple",
         "_spec_repr",
+        "_vectors",
         "layout",
         "watch_slots",
     )
@@ -141,7 +145,10 @@ class StatsFn:
             )
         names: list[str] = []
         for item in items:
-            names.extend(item.names if isinstance(item, (Histogram, Blocks)) else [item_name(item)])
+            if isinstance(item, (Histogram, Blocks)):
+                names.extend(item.names)
+            else:
+                names.append(item.name if isinstance(item, PerAxis) else item_name(item))
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ArgumentValueError(
@@ -171,13 +178,22 @@ class StatsFn:
             blocks.append(BlocksFn(config))
             empty.extend(block_empty(config))
 
+        vectors = vector_items(items)
         integral = {"numel", "nonfinite"}
         for h in histograms.values():
             integral.update(h.names[1:])
         layout_spec = tuple(CustomName(i.name) if isinstance(i, Statistic) else i for i in items)
+        vector_names = tuple(v.name for v in vectors)
         self.layout = Layout(
-            tuple(names), derivers, tuple(empty), histograms, frozenset(integral), layout_spec
+            tuple(n for n in names if n not in vector_names),
+            derivers,
+            tuple(empty),
+            histograms,
+            frozenset(integral),
+            layout_spec,
+            vector_names,
         )
+        self._vectors = tuple(VectorFn(v) for v in vectors)
         self._core = core
         self._range = None if core is None else core.range
         self._customs = tuple(customs)
@@ -186,11 +202,18 @@ class StatsFn:
         if compile and core is not None:
             self._compiled = torch.compile(core.device_raw, dynamic=True)
         self._blocks = tuple(blocks)
-        self._spec_repr = [i if isinstance(i, (str, Histogram, Blocks)) else i.name for i in items]
+        self._spec_repr = [
+            i if isinstance(i, (str, Histogram, Blocks, PerAxis)) else i.name for i in items
+        ]
         self._memo = LastTensorMemo(self._compute)
         # Only the core groups (the default set): one call, no parts to join.
         self._simple = (
-            core is not None and core.range is None and not customs and not hists and not blocks
+            core is not None
+            and core.range is None
+            and not customs
+            and not hists
+            and not blocks
+            and not vectors
         )
         # Where a NaN or infinity shows in the raw vector: the min/max slots (non-finite
         # exactly when the tensor is) or the non-finite count; without those, a slot that
@@ -232,14 +255,27 @@ class StatsFn:
 
     def _compute(self, tensor: Tensor) -> Stats:
         raw, numel = self.raw(tensor)
+        vectors = self.vectors(tensor)
         if raw is None:
-            return Stats(self.layout, self.layout._empty_raw(tensor.device), 0)
+            return Stats(self.layout, self.layout._empty_raw(tensor.device), 0, vectors)
         if isinstance(raw, Tensor):
-            return Stats(self.layout, raw, numel)
+            return Stats(self.layout, raw, numel, vectors)
         if raw:
-            return Stats._of_floats(self.layout, raw, numel)
-        # only "numel", which needs nothing from the device
-        return Stats(self.layout, torch.empty(0, dtype=F64, device=tensor.device), numel)
+            return Stats._of_floats(self.layout, raw, numel, vectors)
+        # only "numel" (or vectors alone), which needs nothing more from the device
+        empty = torch.empty(0, dtype=F64, device=tensor.device)
+        return Stats(self.layout, empty, numel, vectors)
+
+    def vectors(self, tensor: Tensor) -> tuple[Tensor, ...]:
+        """The statistics per channel or per sample of `tensor` (see `per_channel`), in
+        `layout.vectors` order: 1-D float64 tensors on its device, computed without
+        waiting for it; `()` when none were asked for. Not memoised (see `__call__`).
+
+        Example:
+            >>> StatsFn([per_sample("mean")]).vectors(torch.tensor([[1.0, 3.0], [0.0, 0.0]]))
+            (tensor([2., 0.], dtype=torch.float64),)
+        """
+        return tuple(v(tensor) for v in self._vectors)
 
     def raw(self, tensor: Tensor) -> tuple[list[float] | Tensor | None, int]:
         """The raw vector of `tensor`'s statistics (see `Layout`) and its element count,

@@ -14,7 +14,7 @@ from ..errors import NotRecordedError
 from .kernels import F64
 
 if TYPE_CHECKING:
-    from .spec import Blocks, CustomName, Histogram
+    from .spec import Blocks, CustomName, Histogram, PerAxis
 
 __all__ = ["Derive", "Layout", "column"]
 
@@ -49,6 +49,7 @@ class Layout:
         "_integral",
         "_names",
         "_spec",
+        "_vectors",
         "_width",
     )
 
@@ -59,9 +60,11 @@ class Layout:
         empty: tuple[float, ...],
         histograms: dict[str, Histogram],
         integral: frozenset[str],
-        spec: tuple[str | Histogram | Blocks | CustomName, ...] = (),
+        spec: tuple[str | Histogram | Blocks | CustomName | PerAxis, ...] = (),
+        vectors: tuple[str, ...] = (),
     ) -> None:
         self._spec = spec
+        self._vectors = vectors
         self._names = names
         self._derivers = derivers
         # Runs of equal values, so the raw vector of an empty tensor is built by a few fills.
@@ -83,7 +86,13 @@ class Layout:
         return self._names
 
     @property
-    def spec(self) -> tuple[str | Histogram | Blocks | CustomName, ...]:
+    def vectors(self) -> tuple[str, ...]:
+        """The names of the statistics kept as one vector per tensor (`per_channel`,
+        `per_sample`), in order; not part of the raw vector nor of `names`."""
+        return self._vectors
+
+    @property
+    def spec(self) -> tuple[str | Histogram | Blocks | CustomName | PerAxis, ...]:
         """What the layout was built from: statistic names, `Histogram`s, and custom
         statistics by name (`CustomName`). A layout pickles as this spec (the derivers are
         closures); `stats.fn` registers how, being the module that builds layouts."""

@@ -19,14 +19,18 @@ __all__ = [
     "DEFAULT",
     "EXP_HIST",
     "NAMES",
+    "VECTOR_STATS",
     "Blocks",
     "CustomName",
     "Histogram",
     "Item",
+    "PerAxis",
     "Statistic",
     "blocks",
     "histogram",
     "parse_items",
+    "per_channel",
+    "per_sample",
 ]
 
 
@@ -323,6 +327,125 @@ def blocks(*stats: str, dim: int = -1, block_size: int | None = None, suffix: st
     return Blocks(stats, dim, block_size, suffix)
 
 
+VECTOR_STATS: tuple[str, ...] = ("abs_max", "rms", "mean", "abs_mean")
+"""The statistics `per_channel` and `per_sample` reduce with."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PerAxis:
+    """One statistic per index of one dimension (a vector per tensor); make one with
+    `per_channel` or `per_sample`.
+
+    Attributes:
+        stat: one of `VECTOR_STATS`.
+        dim: the dimension kept; every other one is reduced.
+        axis: `"channel"` or `"sample"`: what the vector is per, and so its name
+            `<stat>_per_<axis>`.
+
+    Example:
+        >>> per_channel("rms").name, per_sample("abs_max", dim=1).name
+        ('rms_per_channel', 'abs_max_per_sample')
+    """
+
+    stat: str
+    dim: int
+    axis: str
+
+    def __post_init__(self) -> None:
+        call = f"per_{self.axis}"
+        if self.axis not in ("channel", "sample"):
+            raise ArgumentValueError(
+                f"PerAxis(axis=...) must be 'channel' or 'sample', got {self.axis!r}"
+            )
+        if not isinstance(self.stat, str) or self.stat not in VECTOR_STATS:
+            raise ArgumentValueError(
+                f"{call}(stat=...) must be one of {', '.join(VECTOR_STATS)}; got {self.stat!r}"
+            )
+        if not isinstance(self.dim, int) or isinstance(self.dim, bool):
+            raise ArgumentTypeError(f"{call}(dim=...) must be an int, got {self.dim!r}")
+
+    @property
+    def name(self) -> str:
+        """The column name: `<stat>_per_channel` or `<stat>_per_sample`."""
+        return f"{self.stat}_per_{self.axis}"
+
+
+def per_channel(stat: str, dim: int = -1) -> PerAxis:
+    """A statistic per channel: a vector of one number per index of dimension `dim`,
+    reducing every other dimension, to put in a stats spec.
+
+    With the default `dim=-1` this is one number per hidden unit of a `[batch, seq,
+    hidden]` activation (or per output feature of a `Linear` weight's gradient along its
+    rows, `dim=0`): the view that shows the outlier channels of LLM.int8 and "massive
+    activations", which a per-tensor `abs_max` cannot attribute to a channel.
+
+    The vector is computed on the tensor's device in the same hook as the other
+    statistics (one reduction, no host sync) and kept in the tracker's statistics store,
+    not as a Python object per record. `to_frame()` gets a column `<stat>_per_channel`
+    holding one float64 numpy array per record; `Stats[name]` gives the 1-D tensor.
+
+    Widths: each record keeps its own width (the size of `dim` in that tensor), so a
+    module whose outputs change shape (a variable sequence length with `dim=1`, a last
+    smaller batch with `per_sample`) records them all. (Fixing each module's width at its
+    first call would leave two bad choices for such a record: raise in the middle of a
+    run, or cut and pad the vector into numbers never computed; a length per record costs
+    8 bytes.) A tensor without dimension `dim` (a 0-d scalar, a bias with `dim=1`) or
+    with no values gives an empty vector.
+
+    Statistics: `abs_max` (largest |x|), `rms` (`sqrt(mean(x**2))`), `mean`, `abs_mean`
+    (`mean(|x|)`), each over the values sharing that index. NaN propagates into the
+    entries it touches (`abs_max` too). Half-precision tensors are reduced in float32,
+    integer ones in float64, complex ones by their magnitudes.
+
+    Args:
+        stat: one of `"abs_max"`, `"rms"`, `"mean"`, `"abs_mean"`.
+        dim: the dimension kept (negative counts from the end).
+
+    Returns:
+        A `PerAxis` to put in a stats spec, e.g. `stats=[*stats.DEFAULT,
+        stats.per_channel("abs_max")]`.
+
+    Raises:
+        ArgumentValueError: `stat` is not one of those four.
+        ArgumentTypeError: `dim` is not an int.
+
+    Example:
+        >>> fn = parse(["rms", per_channel("abs_max")])
+        >>> s = fn(torch.tensor([[1.0, -5.0], [-3.0, 2.0]]))
+        >>> s["abs_max_per_channel"]
+        tensor([3., 5.], dtype=torch.float64)
+    """
+    return PerAxis(stat, dim, "channel")
+
+
+def per_sample(stat: str, dim: int = 0) -> PerAxis:
+    """A statistic per sample: one number per batch item (index of dimension `dim`),
+    reducing every other dimension, to put in a stats spec; see `per_channel`, which
+    this mirrors (same statistics, storage and widths).
+
+    It finds the sample of a batch whose activations or gradients stand out, without
+    keeping full copies. Its column in `to_frame()` is `<stat>_per_sample`. A last batch
+    smaller than the others simply records a shorter vector.
+
+    Args:
+        stat: one of `"abs_max"`, `"rms"`, `"mean"`, `"abs_mean"`.
+        dim: the batch dimension (0 by default; 1 for sequence-first layouts).
+
+    Returns:
+        A `PerAxis` to put in a stats spec.
+
+    Raises:
+        ArgumentValueError: `stat` is not one of those four.
+        ArgumentTypeError: `dim` is not an int.
+
+    Example:
+        >>> fn = parse([per_sample("rms")])
+        >>> fn(torch.tensor([[3.0, 4.0], [0.0, 0.0]]))["rms_per_sample"]
+        tensor([3.5355, 0.0000], dtype=torch.float64)
+    """
+    return PerAxis(stat, dim, "sample")
+
+
 @dataclasses.dataclass(frozen=True)
 class CustomName:
     """A custom statistic in a pickled layout: its name (its function is not needed to read
@@ -338,6 +461,7 @@ Item: TypeAlias = (
     | Statistic
     | Histogram
     | Blocks
+    | PerAxis
 )
 
 
@@ -350,7 +474,7 @@ def _bad_name_message(name: object, extra: str = "") -> str:
     )
 
 
-def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks]:
+def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks | PerAxis]:
     """The items of a stats spec (see `parse`): names, `Statistic`s and `Histogram`s."""
     if spec is None or spec is False:
         raise ArgumentTypeError(
@@ -359,7 +483,7 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks]:
         )
     if spec is True:
         return list(DEFAULT)
-    if isinstance(spec, (str, Histogram, Statistic, Blocks)):
+    if isinstance(spec, (str, Histogram, Statistic, Blocks, PerAxis)):
         spec = [spec]
     if isinstance(spec, Mapping):
         return [Statistic(name, fn) for name, fn in spec.items()]
@@ -371,7 +495,7 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks]:
     hint = ""
     if len(spec) == 2 and isinstance(spec[0], str) and spec[0] not in NAMES and callable(spec[1]):
         hint = f" To pass one custom statistic, wrap the pair in a list: stats=[({spec[0]!r}, fn)]."
-    items: list[str | Statistic | Histogram | Blocks] = []
+    items: list[str | Statistic | Histogram | Blocks | PerAxis] = []
     for item in spec:
         if isinstance(item, str) and item == EXP_HIST.name:
             items.append(EXP_HIST)
@@ -379,7 +503,7 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks]:
             if item not in NAMES:
                 raise ArgumentValueError(_bad_name_message(item, hint))
             items.append(item)
-        elif isinstance(item, (Statistic, Histogram, Blocks)):
+        elif isinstance(item, (Statistic, Histogram, Blocks, PerAxis)):
             items.append(item)
         elif isinstance(item, tuple):
             if len(item) != 2 or not isinstance(item[0], str) or not callable(item[1]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import weakref
 from array import array
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,6 +21,7 @@ from ..core.structure import iter_leaves
 from ..errors import ArgumentValueError, TrackerStateError
 from .kernels import F64
 from .values import Stats
+from .vectors import VectorRows
 
 if TYPE_CHECKING:
     from .fn import StatsFn
@@ -133,6 +135,7 @@ class StatsStore:
         "_parts",
         "_seen",
         "_slots",
+        "_vectors",
         "_watch",
         "layout",
     )
@@ -153,6 +156,9 @@ class StatsStore:
         # Per device, 0 while every watched row was finite (NaN or > 0 after one was not):
         # summed on the device, read once by `nonfinite`.
         self._badness: dict[torch.device, Tensor] = {}
+        # The statistics per channel / per sample: one `VectorRows` each, row for row with
+        # the raw vectors (same slot, same row number).
+        self._vectors = tuple(VectorRows() for _ in fn.layout.vectors)
 
     def watch(self) -> None:
         """From now on, note whether any tensor put holds a NaN or an infinity (read it
@@ -209,6 +215,7 @@ class StatsStore:
         if last is not None and last[0]() is tensor and last[1] == tensor._version:
             return last[2]
         raw, numel = self._fn.raw(tensor)
+        vectors = self._fn.vectors(tensor) if self._vectors else ()
         if type(raw) is list and raw:  # host floats: a CPU tensor's
             watch = self._watch
             if watch is not None and not self._seen:
@@ -228,6 +235,10 @@ class StatsStore:
             ref = row << _SLOT_BITS | slot
         else:
             ref = self._add(raw, numel, tensor.device)
+        if vectors:
+            slot = ref & (_SLOTS - 1)
+            for kept, vector in zip(self._vectors, vectors, strict=True):
+                kept.add(slot, vector)
         try:
             self._last = (weakref.ref(tensor), tensor._version, ref)
         except RuntimeError:  # an inference-mode tensor has no version counter to trust
@@ -237,7 +248,10 @@ class StatsStore:
     def put_raw(self, raw: Tensor, numel: int) -> int:
         """Keep a raw vector computed elsewhere (`StatsFn.graph_raw`, inside a compiled
         graph) for a tensor of `numel` elements; return its reference."""
-        return self._add(raw, numel, raw.device)
+        ref = self._add(raw, numel, raw.device)
+        for rows in self._vectors:  # not traceable: graph_raw computes none of them
+            rows.add(ref & (_SLOTS - 1), torch.empty(0, dtype=F64, device=raw.device))
+        return ref
 
     def _add(self, raw: list[float] | Tensor | None, numel: int, device: torch.device) -> int:
         # Host floats that say anything (not the empty list of "numel" alone) go to `put`'s
@@ -262,18 +276,30 @@ class StatsStore:
                 del part.numel[first:]
                 if isinstance(part, _HostRows):
                     del part.raw[first * part.width :]
+                for vectors in self._vectors:
+                    vectors.truncate(slot, first)
         self._last = None  # it may refer to a dropped row
 
-    def add_host_rows(self, raw: bytes, numel: bytes) -> tuple[int, int]:
+    def add_host_rows(
+        self,
+        raw: bytes,
+        numel: bytes,
+        vectors: Sequence[tuple[Sequence[int], bytes]] | None = None,
+    ) -> tuple[int, int]:
         """Keep raw vectors read back from somewhere (a saved recording) as CPU rows:
-        `raw` the float64 bytes of `[n, width]`, `numel` the int64 bytes of `[n]`. Returns
-        `(first, step)`: row `i`'s reference is `first + i * step`."""
+        `raw` the float64 bytes of `[n, width]`, `numel` the int64 bytes of `[n]`, and for
+        each of `layout.vectors` the rows' lengths and float64 values (`None`: empty
+        vectors). Returns `(first, step)`: row `i`'s reference is `first + i * step`."""
         part, slot = self._host or self._host_rows()
         first = len(part.numel)
+        n = len(numel) // 8
+        if len(part.numel) + n > _MAX_ROWS:
+            raise TrackerStateError(_TOO_MANY_ROWS)
         part.raw.frombytes(raw)
         part.numel.frombytes(numel)
-        if len(part.numel) > _MAX_ROWS:
-            raise TrackerStateError(_TOO_MANY_ROWS)
+        for k, rows in enumerate(self._vectors):
+            lengths, data = ([0] * n, b"") if vectors is None else vectors[k]
+            rows.add_host(slot, lengths, data)
         return first << _SLOT_BITS | slot, 1 << _SLOT_BITS
 
     def _host_rows(self) -> tuple[_HostRows, int]:
@@ -299,7 +325,36 @@ class StatsStore:
 
     def get(self, ref: int) -> Stats:
         """The `Stats` kept under `ref`."""
-        return self._parts[ref & (_SLOTS - 1)].get(ref >> _SLOT_BITS, self.layout)
+        slot, row = ref & (_SLOTS - 1), ref >> _SLOT_BITS
+        stats = self._parts[slot].get(row, self.layout)
+        if self._vectors:
+            stats.vectors = tuple(rows.get(slot, row) for rows in self._vectors)
+        return stats
+
+    def vector_bytes(self, refs: Tensor) -> list[tuple[list[int], bytes]] | None:
+        """The vectors of the rows `refs` as `add_host_rows` takes them (per statistic:
+        lengths and float64 bytes); `None` when there are none."""
+        if not self._vectors:
+            return None
+        out = []
+        for vectors in self.vector_table(refs).values():
+            data = torch.cat(vectors) if vectors else torch.empty(0, dtype=F64)
+            out.append(([len(v) for v in vectors], data.numpy().tobytes()))
+        return out
+
+    def vector_table(self, refs: Tensor) -> dict[str, list[Tensor]]:
+        """The statistics per channel / per sample (`layout.vectors`) of the rows `refs`
+        (int64): `{name: [1-D float64 CPU tensor per ref]}`, read with one transfer per
+        device; `{}` when there are none."""
+        if not self._vectors:
+            return {}
+        where = list(
+            zip((refs & (_SLOTS - 1)).tolist(), (refs >> _SLOT_BITS).tolist(), strict=True)
+        )
+        return {
+            name: rows.read(where)
+            for name, rows in zip(self.layout.vectors, self._vectors, strict=True)
+        }
 
     def table(self, refs: Tensor) -> tuple[Tensor, Tensor]:
         """The raw vectors `[N, width]` and element counts `[N]` (float64, on the CPU) of the
@@ -318,8 +373,9 @@ class StatsStore:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of statistics held (8 per number)."""
-        return sum(len(p.numel) for p in self._parts) * self.layout.width * 8
+        """Bytes of statistics held (8 per number; vectors also 16 per row)."""
+        rows = sum(len(p.numel) for p in self._parts) * self.layout.width * 8
+        return rows + sum(v.nbytes for v in self._vectors)
 
     def clear(self) -> None:
         """Forget every row."""
@@ -329,6 +385,8 @@ class StatsStore:
         self._last = None
         self._seen = False
         self._badness.clear()
+        for rows in self._vectors:
+            rows.clear()
 
     def __len__(self) -> int:
         return sum(len(p.numel) for p in self._parts)

@@ -68,6 +68,14 @@ def stats_table(stats: Sequence[Stats]) -> dict[str, list[Any]]:
     whole = len(groups) == 1
     scalar: dict[str, Tensor] = {}
     listed: dict[str, list[Any]] = {}
+    for (layout, _), rows in groups.items():
+        for k, name in enumerate(layout.vectors):
+            col = listed.get(name)
+            if col is None:
+                col = listed[name] = [NAN] * total
+            for i in rows:
+                col[i] = stats[i].vectors[k].tolist()
+            columns[name] = None
     for device, blocks in by_device.items():
         if device.type == "cpu":  # host floats: no tensor per Stats
             floats = array("d")

@@ -40,20 +40,28 @@ class Stats:
         4.0
     """
 
-    __slots__ = ("_floats", "_raw", "layout", "numel")
+    __slots__ = ("_floats", "_raw", "layout", "numel", "vectors")
 
-    def __init__(self, layout: Layout, raw: Tensor, numel: int) -> None:
+    def __init__(
+        self, layout: Layout, raw: Tensor, numel: int, vectors: tuple[Tensor, ...] = ()
+    ) -> None:
         self.layout = layout
         self._raw: Tensor | None = raw
         self._floats: list[float] | None = None
         self.numel = numel
+        self.vectors = vectors
+        """The vectors of `layout.vectors` (`per_channel`, `per_sample`), in order: 1-D
+        float64 tensors on the device."""
 
     @classmethod
-    def _of_floats(cls, layout: Layout, floats: list[float], numel: int) -> Stats:
+    def _of_floats(
+        cls, layout: Layout, floats: list[float], numel: int, vectors: tuple[Tensor, ...] = ()
+    ) -> Stats:
         # CPU statistics arrive as host floats; the raw tensor is built when first read,
         # which keeps that cost out of the hooks.
         stats = cls.__new__(cls)
         stats.layout, stats._raw, stats._floats, stats.numel = layout, None, floats, numel
+        stats.vectors = vectors
         return stats
 
     @property
@@ -76,7 +84,7 @@ class Stats:
         return self._floats if self._floats is not None else self.raw.tolist()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Stats, (self.layout, self.raw, self.numel))
+        return (Stats, (self.layout, self.raw, self.numel, self.vectors))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -85,21 +93,25 @@ class Stats:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of device memory held (the raw vector)."""
-        return self.layout.width * 8
+        """Bytes of device memory held (the raw vector, and the vectors per channel or
+        sample)."""
+        return self.layout.width * 8 + sum(len(v) for v in self.vectors) * 8
 
     def __getitem__(self, name: str) -> Tensor:
-        """One statistic, as a 0-d float64 tensor on the device (1-D for histogram counts).
+        """One statistic, as a 0-d float64 tensor on the device (1-D for histogram counts
+        and for statistics per channel or per sample).
 
         Raises:
             KeyError: `name` is not held; the message lists the names that are.
         """
+        if name in self.layout.vectors:
+            return self.vectors[self.layout.vectors.index(name)]
         derive = self.layout._derive(name)
         numel = torch.full((1,), float(self.numel), dtype=F64, device=self.raw.device)
         return derive(self.raw.unsqueeze(0), numel)[0]
 
     def __contains__(self, name: object) -> bool:
-        return name in self.layout
+        return name in self.layout or name in self.layout.vectors
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.layout.names)
@@ -108,7 +120,8 @@ class Stats:
         return len(self.layout.names)
 
     def to_dict(self) -> dict[str, Any]:
-        """Copy to the host: `{name: float}`, with a list of floats for histogram counts.
+        """Copy to the host: `{name: float}`, with a list of floats for histogram counts
+        and for statistics per channel or per sample.
 
         Example:
             >>> compute(torch.tensor([1.0, 2.0]), ["max", "numel"]).to_dict()
@@ -116,7 +129,10 @@ class Stats:
         """
         raw = self.raw.detach().to("cpu", F64).unsqueeze(0)
         numel = torch.tensor([float(self.numel)], dtype=F64)
-        return {k: v[0].tolist() for k, v in self.layout.derive(raw, numel).items()}
+        out = {k: v[0].tolist() for k, v in self.layout.derive(raw, numel).items()}
+        for name, vector in zip(self.layout.vectors, self.vectors, strict=True):
+            out[name] = vector.tolist()
+        return out
 
     def edges(self, name: str) -> tuple[float, ...]:
         """The bin edges of histogram `name` (`bins + 1` values; log2 units if `is_log2`).
@@ -152,7 +168,8 @@ class Stats:
         integral = self.layout._integral
         for name, value in self.to_dict().items():
             if isinstance(value, list):
-                items.append(f"{name}=<{len(value)} bins>")
+                unit = "values" if name in self.layout.vectors else "bins"
+                items.append(f"{name}=<{len(value)} {unit}>")
             elif name in integral and math.isfinite(value):
                 items.append(f"{name}={int(value)}")
             else:

@@ -97,7 +97,10 @@ def _key(value: Any) -> Any:
         return ("tensor", str(value.dtype), tuple(value.shape), bytes(data.numpy().tobytes()))
     if isinstance(value, Stats):
         raw = tuple("nan" if math.isnan(x) else x for x in value._host_values())
-        return ("stats", tuple(value.names), raw, value.numel)
+        vectors = tuple(
+            tuple("nan" if math.isnan(x) else x for x in v.tolist()) for v in value.vectors
+        )
+        return ("stats", tuple(value.names), raw, value.numel, vectors)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_key(v) for v in value))
     if isinstance(value, dict):

@@ -1,6 +1,6 @@
 """Issue 26: a damaged recording loads as what was recorded, or raises `RecordingError`:
-never other data, never another exception. Each file of two small recordings (statistics
-with a histogram; full copies in tensors files) is cut at many offsets, has bytes flipped,
+never other data, never another exception. Each file of three small recordings (statistics
+with a histogram; full copies in tensors files; statistics per channel and per sample) is cut at many offsets, has bytes flipped,
 and is swapped with the same file of another run of the same model. Deterministic (fixed
 seed), bounded in time (a fixed number of small loads) and memory (checked)."""
 
@@ -27,13 +27,18 @@ CUTS = 24  # offsets per file (and the file's first and last bytes)
 FLIPS = 60  # single-byte changes per recording
 
 
-def _record(path: Path, copies: bool) -> None:
+def _record(path: Path, kind: str) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
-    options: dict[str, Any] = {} if copies else {"stats": [*stats.DEFAULT, stats.histogram(4)]}
+    options: dict[str, Any] = {
+        "copies": {},
+        "statistics": {"stats": [*stats.DEFAULT, stats.histogram(4)]},
+        # Vectors per channel and per sample, of a width that changes with the batch.
+        "vectors": {"stats": ["rms", stats.per_channel("abs_max"), stats.per_sample("mean")]},
+    }[kind]
     with track(model, stream_to=path, **options) as t:
         for step in range(3):
-            model(torch.randn(3, 4)).sum().backward()
+            model(torch.randn(3 + step, 4)).sum().backward()
             t.log("loss", float(step))
             t.step()
         t.note("done")
@@ -53,13 +58,11 @@ def _files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if p.is_file() and p.name != "writer.lock")
 
 
-@pytest.mark.parametrize("copies", [False, True], ids=["statistics", "copies"])
-def test_damaged_recordings_load_whole_or_raise_recording_error(
-    tmp_path: Path, copies: bool
-) -> None:
+@pytest.mark.parametrize("kind", ["statistics", "copies", "vectors"])
+def test_damaged_recordings_load_whole_or_raise_recording_error(tmp_path: Path, kind: str) -> None:
     original, other = tmp_path / "original", tmp_path / "other"
-    _record(original, copies)
-    _record(other, copies)  # the same data, another run id
+    _record(original, kind)
+    _record(other, kind)  # the same data, another run id
     expected = _outcome(original)
     assert expected != "error" and expected == _outcome(other)
     rng = random.Random(26)

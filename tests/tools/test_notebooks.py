@@ -16,6 +16,7 @@ NOTEBOOKS = [
     DOC / "Example.ipynb",
     DOC / "Compare.ipynb",
     DOC / "BlockFormats.ipynb",
+    DOC / "OutlierChannels.ipynb",
     DOC / "Samples.ipynb",
 ]
 

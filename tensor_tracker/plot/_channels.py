@@ -1,0 +1,171 @@
+"""`channel_map`: a statistic per channel for every module, channels x modules, on a log
+colour scale, so that outlier channels stand out."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._optional import require
+from .._validate import check_bool, check_int, check_number, check_type
+from ..data.channels import DEFAULT_OUTLIER_RATIO, channel_table
+from ..errors import ArgumentValueError
+from ._figure import MAX_WIDTH, category_ticks, new_axes
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["channel_map"]
+
+
+def channel_map(
+    recording: Any,
+    column: str = "abs_max_per_channel",
+    *,
+    grad: bool = False,
+    step: int | None = None,
+    modules: Sequence[str] | None = None,
+    mark: float | None = DEFAULT_OUTLIER_RATIO,
+    ax: Axes | None = None,
+) -> Figure:
+    """Channels x modules: a statistic per channel (default `abs_max`) of every module's
+    output, one row per module, on a log colour scale.
+
+    A channel carrying values far larger than its neighbours (LLM.int8's outlier
+    features, "massive activations") is a bright column segment in a dark row; in a
+    residual network it continues down every later row. With `mark`, the channels that
+    stand out as `diagnose` reports them (over `mark` times their module's median channel,
+    in the values shown) are circled.
+
+    Args:
+        recording: a `Tracker` (or list of `Stash`) recorded with
+            `stats=[..., tensor_tracker.stats.per_channel("abs_max")]`, or holding full
+            copies (channels: the last dimension).
+        column: the per-channel statistic, `"<stat>_per_channel"`.
+        grad: show gradients instead of forward values.
+        step: one step; `None` (default): each channel's largest value over the steps.
+        modules: the modules to show, by name, in that order; `None`: every module with
+            at least 2 channels, in recording order.
+        mark: circle channels above this many times their module's median channel
+            (as `tensor_tracker.data.channels.outlier_channels` does per step); `None`:
+            no marks.
+        ax: a matplotlib Axes to draw into (a new figure otherwise).
+
+    Returns:
+        The matplotlib `Figure`.
+
+    Raises:
+        NotRecordedError: no per-channel statistic and no full copies.
+        ArgumentValueError: `step` was not recorded, a name in `modules` was not, `mark`
+            not above 1, or nothing to show.
+        ArgumentTypeError: an argument of the wrong type.
+
+    Example:
+        >>> spec = [*stats.DEFAULT, stats.per_channel("abs_max")]
+        >>> with tensor_tracker.track(model, stats=spec) as t:
+        ...     _ = model(x)
+        >>> fig = plot.channel_map(t)
+        >>> fig.axes[0].get_xlabel()
+        'channel'
+    """
+    np = require("numpy", "pandas")
+    colors = require("matplotlib.colors", "plot")
+    check_bool(grad, "channel_map(grad=...)")
+    if step is not None:
+        check_int(step, "channel_map(step=...)", "a recorded step, or None")
+    if mark is not None:
+        check_number(
+            mark,
+            "channel_map(mark=...)",
+            "a ratio to the median channel, or None",
+            low=1,
+            open_low=True,
+        )
+    if modules is not None:
+        check_type(modules, (list, tuple), "channel_map(modules=...)", "a list of module names")
+    table = channel_table(recording, column, grad=grad)
+    if step is None:
+        values = table.over_steps()
+        steps_label = (
+            "largest over the steps"
+            if len(table.steps) > 1
+            else f"step {table.steps[0]}"
+            if table.steps
+            else ""
+        )
+    else:
+        if step not in table.steps:
+            raise ArgumentValueError(
+                f"channel_map(step=...): step {step} was not recorded; recorded: "
+                f"{list(table.steps)[:20]}"
+            )
+        values = table.values[:, table.steps.index(step), :]
+        steps_label = f"step {step}"
+    if modules is None:
+        rows = [m for m, w in enumerate(table.widths) if w >= 2]
+    else:
+        missing = [m for m in modules if m not in table.modules]
+        if missing:
+            raise ArgumentValueError(
+                f"channel_map(modules=...): {missing[:5]} recorded no {column}; recorded: "
+                f"{list(table.modules)[:10]}"
+            )
+        rows = [table.modules.index(m) for m in modules]
+    if not rows:
+        raise ArgumentValueError(f"channel_map: no module recorded {column} of 2 channels or more")
+    shown = values[rows]
+    width = max(table.widths[r] for r in rows)
+    shown = shown[:, :width]
+    positive = shown[np.isfinite(shown) & (shown > 0)]
+    # Room for every module's label up to ~60 modules; beyond, `category_ticks` thins them.
+    height = min(16.0, 1.4 + 0.23 * len(rows))
+    fig, ax = new_axes(ax, (min(MAX_WIDTH, 4.0 + width / 60), max(3.0, height)))
+    cmap = require("matplotlib", "plot").colormaps["magma"].with_extremes(bad="#d9d9d9")
+    masked = np.ma.masked_where(~(np.isfinite(shown) & (shown > 0)), shown)
+    norm = (
+        colors.LogNorm(vmin=float(positive.min()), vmax=float(positive.max()))
+        if len(positive) and positive.max() > positive.min()
+        else None
+    )
+    image = ax.imshow(
+        masked, aspect="auto", interpolation="nearest", cmap=cmap, norm=norm, origin="upper"
+    )
+    stat = column.removesuffix("_per_channel")
+    what = "gradient" if grad else "output"
+    fig.colorbar(image, ax=ax, label=f"{stat} per channel (log scale)")
+    category_ticks(ax.yaxis, [table.modules[r] or "<root>" for r in rows], fontsize="x-small")
+    ax.set_xlabel("channel")
+    ax.set_ylabel("module")
+    ax.set_title(
+        f"{stat} per channel of each module's {what}" + (f", {steps_label}" if steps_label else ""),
+        fontsize="medium",
+    )
+    if mark is not None:
+        ys: list[int] = []
+        xs: list[int] = []
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a row of NaN: no marks
+            median = np.nanmedian(shown, axis=1)
+            hit = (shown / median[:, None] > mark) & (median[:, None] > 0)
+        for i, r in enumerate(rows):
+            if table.widths[r] < 4:
+                continue
+            for c in np.flatnonzero(hit[i, : table.widths[r]]):
+                ys.append(i)
+                xs.append(int(c))
+        if ys:
+            ax.scatter(
+                xs,
+                ys,
+                s=40,
+                facecolors="none",
+                edgecolors="tab:cyan",
+                linewidths=1.2,
+                label=f"over {mark:g}x the module's median channel",
+            )
+            ax.legend(loc="upper right", fontsize="small")
+    ax.set_xlim(-0.5, width - 0.5)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    return fig

@@ -1,0 +1,79 @@
+"""`plot.channel_map`: channels x modules on a log colour scale, the planted outlier channel
+circled, the data behind the image that of `channel_table`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensor_tracker as tt
+from tensor_tracker import plot
+from tensor_tracker.data.channels import channel_table
+from tensor_tracker.errors import ArgumentTypeError, ArgumentValueError, NotRecordedError
+from tests.data.test_channels import CHANNEL, _model, _plant, _record
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture(scope="module")
+def planted() -> tt.Tracker:
+    model = _model()
+    _plant(model)
+    return _record(model)
+
+
+def test_the_image_is_the_table_on_a_log_scale(planted: tt.Tracker) -> None:
+    from matplotlib.colors import LogNorm
+
+    fig = plot.channel_map(planted)
+    ax = fig.axes[0]
+    image = ax.images[0]
+    assert isinstance(image.norm, LogNorm)
+    table = channel_table(planted)
+    rows = [m for m, w in enumerate(table.widths) if w >= 2]
+    shown = np.ma.getdata(image.get_array())
+    expected = table.over_steps()[rows]
+    finite = np.isfinite(expected) & (expected > 0)
+    np.testing.assert_array_equal(shown[finite], expected[finite])
+    assert np.ma.getmaskarray(image.get_array())[~finite].all()  # grey past a module's width
+    assert ax.get_xlabel() == "channel" and ax.get_ylabel() == "module"
+    assert "largest over the steps" in ax.get_title()
+
+
+def test_the_outlier_channel_is_circled_where_it_is(planted: tt.Tracker) -> None:
+    fig = plot.channel_map(planted)
+    ax = fig.axes[0]
+    marks = ax.collections[0].get_offsets()
+    table = channel_table(planted)
+    rows = [table.modules[m] for m, w in enumerate(table.widths) if w >= 2]
+    circled = {(rows[int(y)], int(x)) for x, y in marks}
+    assert ("2.fc2", CHANNEL) in circled
+    assert {x for _, x in circled} == {CHANNEL}
+    assert not any(name.startswith("1") for name, _ in circled)
+    assert "10x" in ax.get_legend().get_texts()[0].get_text()
+    unmarked = plot.channel_map(planted, mark=None)
+    assert not unmarked.axes[0].collections
+
+
+def test_one_step_and_chosen_modules(planted: tt.Tracker) -> None:
+    fig = plot.channel_map(planted, step=1, modules=["3", "1"])
+    ax = fig.axes[0]
+    table = channel_table(planted)
+    expected = table.values[[table.modules.index("3"), table.modules.index("1")], 1, :32]
+    np.testing.assert_array_equal(np.ma.getdata(ax.images[0].get_array()), expected)
+    assert "step 1" in ax.get_title()
+
+
+def test_argument_errors(planted: tt.Tracker) -> None:
+    with pytest.raises(ArgumentValueError, match=r"channel_map\(step="):
+        plot.channel_map(planted, step=99)
+    with pytest.raises(ArgumentValueError, match=r"channel_map\(modules="):
+        plot.channel_map(planted, modules=["nowhere"])
+    with pytest.raises(ArgumentTypeError, match=r"channel_map\(modules="):
+        plot.channel_map(planted, modules="3")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentValueError, match=r"channel_map\(mark="):
+        plot.channel_map(planted, mark=0.5)
+    with pytest.raises(ArgumentTypeError, match=r"channel_map\(grad="):
+        plot.channel_map(planted, grad=1)  # type: ignore[arg-type]
+    with pytest.raises(NotRecordedError):
+        plot.channel_map(_record(_model(), steps=1, stats=True))
