@@ -12,11 +12,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tools.jupyterlab import start_lab, stop_lab
 from tools.notebooks import KERNEL_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,12 +88,6 @@ def wait_for(browser: Any, script: str, timeout: float, what: str, *args: Any) -
         time.sleep(0.5)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """A JupyterLab server over a copy of doc/ (notebooks run there; the originals stay as
@@ -105,57 +97,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     folder = tmp_path_factory.mktemp("lab")
     root = folder / "doc"
     shutil.copytree(ROOT / "doc", root, ignore=shutil.ignore_patterns("api", "_build"))
-    # Every cell in the page (no windowing); no news pop-up over the outputs.
-    for plugin, value in (
-        ("notebook-extension/tracker", '{"windowingMode": "none"}'),
-        ("apputils-extension/notification", '{"fetchNews": "false", "checkForUpdates": false}'),
-    ):
-        settings = folder / "settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
-        settings.parent.mkdir(parents=True, exist_ok=True)
-        settings.write_text(value)
-    port = _free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
-        f"--IdentityProvider.token={TOKEN}",
-        f"--ServerApp.root_dir={root}",
-        "--LabApp.expose_app_in_browser=True",
-    ]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")  # CI runs as root
     env = {
-        **os.environ,
         **KERNEL_ENV,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "JUPYTERLAB_SETTINGS_DIR": str(folder / "settings"),
-        "JUPYTER_CONFIG_DIR": str(folder / "config"),
     }
-    log = (folder / "lab.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(
-                        f"JupyterLab did not start (exit {process.poll()}); its log:\n"
-                        + (folder / "lab.log").read_text()[-3000:]
-                    )
-                time.sleep(0.3)
+        process, base = start_lab(folder, root, TOKEN, env, timeout=START_TIMEOUT_S)
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    try:
         yield Lab(base, root, process)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
-        log.close()
+        stop_lab(process)

@@ -30,15 +30,13 @@ against the window), the console errors, and each page's weight in bytes.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -282,58 +280,28 @@ def viewer_notebook(folder: Path, stream: Path) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _jupyterlab() -> Any:
+    """tools/jupyterlab.py of this checkout, loaded by path: `PYTHONPATH` may name another
+    checkout, whose `tools` package can be older."""
+    path = Path(__file__).with_name("jupyterlab.py")
+    spec = importlib.util.spec_from_file_location("_tt_shots_jupyterlab", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def start_lab(folder: Path, checkout: str) -> tuple[subprocess.Popen[bytes], str]:
     """JupyterLab over `folder`, its kernels importing `checkout`'s tensor_tracker."""
-    for plugin, value in (
-        ("notebook-extension/tracker", '{"windowingMode": "none"}'),
-        ("apputils-extension/notification", '{"fetchNews": "false", "checkForUpdates": false}'),
-    ):
-        settings = folder / "settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
-        settings.parent.mkdir(parents=True, exist_ok=True)
-        settings.write_text(value)
-    port = _free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
-        f"--IdentityProvider.token={TOKEN}",
-        f"--ServerApp.root_dir={folder / 'nb'}",
-        "--LabApp.expose_app_in_browser=True",
-    ]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")
     env = {
-        **os.environ,
         "PYTHONPATH": checkout,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-        "JUPYTERLAB_SETTINGS_DIR": str(folder / "settings"),
-        "JUPYTER_CONFIG_DIR": str(folder / "config"),
     }
-    log = (folder / "lab.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2).close()
-            return process, base
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError((folder / "lab.log").read_text()[-2000:]) from None
-            time.sleep(0.5)
+    process, base = _jupyterlab().start_lab(folder, folder / "nb", TOKEN, env, timeout=120)
+    return process, base
 
 
 _RUN_STATE = """
@@ -426,12 +394,7 @@ def shoot_viewers(out: Path, checkout: str, stream: Path, timeout: float) -> lis
                 taken[-1]["console_errors"] = console_errors(browser)
         finally:
             browser.quit()
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=20)
+            _jupyterlab().stop_lab(process)
     return taken
 
 
