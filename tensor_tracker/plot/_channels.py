@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .._optional import require
 from .._validate import check_bool, check_int, check_number, check_type
 from ..data.channels import DEFAULT_OUTLIER_RATIO, channel_table
+from ..data.select import display_name
 from ..errors import ArgumentValueError
 from ._figure import MAX_WIDTH, category_ticks, new_axes
 
@@ -135,7 +136,7 @@ def channel_map(
     stat = column.removesuffix("_per_channel")
     what = "gradient" if grad else "output"
     fig.colorbar(image, ax=ax, label=f"{stat} per channel (log scale)")
-    category_ticks(ax.yaxis, [table.modules[r] or "<root>" for r in rows], fontsize="x-small")
+    category_ticks(ax.yaxis, [display_name(table.modules[r]) for r in rows], fontsize="x-small")
     ax.set_xlabel("channel")
     ax.set_ylabel("module")
     ax.set_title(

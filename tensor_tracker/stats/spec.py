@@ -377,7 +377,10 @@ def per_channel(stat: str, dim: int = -1) -> PerAxis:
     With the default `dim=-1` this is one number per hidden unit of a `[batch, seq,
     hidden]` activation (or per output feature of a `Linear` weight's gradient along its
     rows, `dim=0`): the view that shows the outlier channels of LLM.int8 and "massive
-    activations", which a per-tensor `abs_max` cannot attribute to a channel.
+    activations", which a per-tensor `abs_max` cannot attribute to a channel. The
+    channels of a convolution's `[batch, channels, height, width]` output are `dim=1`:
+    with the default, a CNN's "channels" are the columns of its feature maps (as in
+    `diagnosis_stats`, which keeps `dim=-1`, the transformer layout).
 
     The vector is computed on the tensor's device in the same hook as the other
     statistics (one reduction, no host sync) and kept in the tracker's statistics store,

@@ -37,6 +37,10 @@ def test_the_image_is_the_table_on_a_log_scale(planted: tt.Tracker) -> None:
     np.testing.assert_array_equal(shown[finite], expected[finite])
     assert np.ma.getmaskarray(image.get_array())[~finite].all()  # grey past a module's width
     assert ax.get_xlabel() == "channel" and ax.get_ylabel() == "module"
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert [display for display in labels if not display] == []
+    if "" in table.modules:  # the model itself, named as in every other figure
+        assert "<model>" in labels and "<root>" not in labels
     assert "largest over the steps" in ax.get_title()
 
 
