@@ -36,6 +36,7 @@ __all__ = [
     "next_sequence_nr",
     "queue_at_end_of_backward",
     "traces_intermediate_hooks",
+    "untraced",
     "will_execute",
 ]
 
@@ -91,6 +92,36 @@ def queue_at_end_of_backward(callback: Callable[[], None]) -> None:
 # a call of the tracked model runs: its compiled entry point, the `forward` (and overridden
 # `__call__`) of the registered modules' classes, and the resume functions Dynamo made from
 # them at graph breaks. Other models running the same code recompile on their next call too.
+
+
+def untraced(fn: Callable[..., None]) -> Callable[..., None]:
+    """`fn` for Dynamo to call, never to trace (a graph break), like
+    `torch.compiler.disable(fn)`, but at the cost of one check outside `torch.compile`.
+
+    `disable`'s wrapper switches Dynamo's frame callback off and on around every call,
+    compiling or not: a few microseconds per module call, on every hook. This wrapper
+    calls `fn` directly when no callback is set (eager mode) and goes through `disable`
+    only inside a compiled region. Dynamo sees `_torchdynamo_disable` on it and does not
+    inline it; its code is marked to be skipped, so Dynamo does not compile it either
+    when a compiled region calls it (`get_eval_frame_callback` and `skip_code` are
+    Dynamo's own; without them, `disable` as it is).
+    """
+    disabled: Callable[..., None] = torch.compiler.disable(fn)  # type: ignore[no-untyped-call]
+    try:
+        from torch._C._dynamo.eval_frame import get_eval_frame_callback
+        from torch._dynamo.eval_frame import skip_code
+    except ImportError:
+        return disabled
+
+    def call(*args: Any, **kwargs: Any) -> None:
+        if get_eval_frame_callback() is None:
+            fn(*args, **kwargs)
+        else:
+            disabled(*args, **kwargs)
+
+    skip_code(call.__code__)
+    call._torchdynamo_disable = True  # type: ignore[attr-defined]
+    return call
 
 
 def compiled_callable(module: nn.Module) -> Callable[..., Any] | None:

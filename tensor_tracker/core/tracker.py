@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast, overload
 import torch
 from torch import Tensor, nn
 
-from .._torch_compat import compiled_callable, dynamo_has_compiled_code
+from .._torch_compat import compiled_callable, dynamo_has_compiled_code, untraced
 from .._validate import check_bool, check_count, check_int, check_type
 from ..errors import ArgumentValueError, NotRecordedError, TrackerStateError
 from .budget import held_nbytes
@@ -437,10 +437,10 @@ class Recorder(CompiledHooks):
         self._attached = True
         module = reg.module
         # Under torch.compile, Dynamo would trace the hooks (slowly, recompiling as their
-        # state changes); disabled, it calls them as they are. The wrapper costs a little
+        # state changes); `untraced`, it calls them as they are. The wrapper costs a check
         # per call, so only where Dynamo may run (torch.compile imports it; so does
         # transformers).
-        untraced = bool(self._compiled) or "torch._dynamo" in sys.modules
+        dynamo = bool(self._compiled) or "torch._dynamo" in sys.modules
         # Statistics computed in a compiled model's graphs and handed out by `emit` (see
         # `_graph_hook`): the outputs', and the gradients' where Dynamo traces a tensor hook
         # on an intermediate tensor (torch >= 2.13) and no input is captured (inputs'
@@ -458,20 +458,20 @@ class Recorder(CompiledHooks):
         elif self._outputs:
             # Otherwise one graph break per module, at the disabled hook.
             hook = self._forward_hook(reg)
-            if untraced:
-                hook = torch.compiler.disable(hook)  # type: ignore[no-untyped-call]
+            if dynamo:
+                hook = untraced(hook)
             self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
         if in_graph and not self._inputs and self._params and reg.params:
             if traceable_params(reg):
                 graph_pre_hook = self._graph_param_hook(reg)
                 self._handles.append(module.register_forward_pre_hook(graph_pre_hook))
             else:
-                pre_hook = torch.compiler.disable(self._pre_hook(reg))  # type: ignore[no-untyped-call]
+                pre_hook = untraced(self._pre_hook(reg))
                 self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         elif self._inputs or (self._params and not in_graph):
             pre_hook = self._pre_hook(reg)
-            if untraced:
-                pre_hook = torch.compiler.disable(pre_hook)  # type: ignore[no-untyped-call]
+            if dynamo:
+                pre_hook = untraced(pre_hook)
             self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         if self._params and reg.grad:
             for attr, param in reg.params:

@@ -268,3 +268,30 @@ def test_calls_awaiting_their_gradients_stay_bounded_without_step() -> None:
     per_call = {call: sorted(rows["name"]) for call, rows in grads.groupby("call")}
     assert all(names == ["", "0", "1", "2"] for names in per_call.values()), per_call
     assert _breaks() == 0
+
+
+def test_untraced_hooks_run_eagerly_inside_and_outside_compiled_code() -> None:
+    # The tracker's eager hooks, where Dynamo may run: called as they are (Dynamo neither
+    # inlines nor compiles them) inside a compiled region, and outside one with Dynamo's
+    # frame callback as it is (None), without `torch.compiler.disable`'s switching.
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback
+
+    from tensor_tracker._torch_compat import untraced
+
+    seen: list[object] = []
+
+    def hook(x: torch.Tensor) -> None:
+        seen.append(get_eval_frame_callback())
+
+    call = untraced(hook)
+
+    @torch.compile(backend="eager")
+    def f(x: torch.Tensor) -> torch.Tensor:
+        call(x)
+        return x + 1
+
+    f(torch.ones(2))
+    f(torch.ones(2))
+    call(torch.ones(2))
+    assert seen == [None, None, None]  # every call ran the hook, never traced
+    assert counters["stats"]["unique_graphs"] <= 2  # the graph break at the hook, no more
