@@ -303,8 +303,8 @@ def _clear_and_step(tracker: Any, step: Callable[[nn.Module], None], model: nn.M
 class _MinimalStats(_NoOpHooks):
     """The floor with the statistics kernels: the same three reductions and four numbers
     per tensor as `stats=True` on the CPU (sum, dot, aminmax), appended to a list from a
-    forward hook and an autograd-node pre-hook; no views, memo, several outputs, steps or
-    names."""
+    forward hook and an autograd-node pre-hook, for each tensor a module returns (alone or
+    in a tuple); no views' bases, memo, steps or names."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
@@ -321,10 +321,12 @@ class _MinimalStats(_NoOpHooks):
             self._stats(grads[0])
 
     def _hook(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        if isinstance(output, Tensor):
-            self._stats(output)
-            if output.grad_fn is not None:
-                output.grad_fn.register_prehook(self._pre)
+        # A tuple's tensors too (attention's (output, None)): a tracker records them.
+        for tensor in output if type(output) is tuple else (output,):
+            if isinstance(tensor, Tensor):
+                self._stats(tensor)
+                if tensor.grad_fn is not None:
+                    tensor.grad_fn.register_prehook(self._pre)
 
 
 class _MinimalBlockStats(_MinimalStats):

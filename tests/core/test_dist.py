@@ -93,8 +93,12 @@ def _fsdp(rank: int) -> dict[str, Any]:
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
-    with tensor_tracker.track(model, stats=STATS, capture=("outputs", "params")) as t:
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    with tensor_tracker.track(
+        model, stats=STATS, capture=("outputs", "params"), optimizer=opt
+    ) as t:
         _loss(model(_tokens(rank))).backward()
+        opt.step()  # its state is sharded like the parameters (DTensors)
     gathered = t.gather()
     if gathered is None:
         return {}
@@ -243,6 +247,25 @@ def test_fsdp_sharded_parameters_combine_to_the_whole(ranks: list[dict[str, Any]
             # float32 sums of many terms that nearly cancel: compare on the terms' scale.
             atol = 1e-5 * row.numel * max(abs(row.min), abs(row.max)) if column == "sum" else 1e-6
             assert _close(getattr(row, column), want, atol), (name, row.grad, column)
+
+
+def test_fsdp_optimizer_state_is_recorded_from_the_local_shards(
+    ranks: list[dict[str, Any]],
+) -> None:
+    frame = ranks[0]["fsdp"]["frame"]
+    state = frame[frame["kind"] == "optimizer"]
+    whole = {n: p.numel() for n, p in tiny_model().named_parameters()}
+    expected = {f"{n}.{key}" for n in whole for key in ("exp_avg", "exp_avg_sq")}
+    for rank in range(WORLD):
+        mine = state[state["rank"] == rank]
+        assert {
+            f"{n}.{a}".lstrip(".") for n, a in zip(mine["name"], mine["attr"], strict=True)
+        } == expected
+    # Each rank's shard, not the whole tensor: the shards' element counts add up to it.
+    for (name, attr), rows in state.groupby(["name", "attr"]):
+        assert len(rows) == WORLD
+        param = f"{name}.{attr.rsplit('.', 1)[0]}".lstrip(".")
+        assert rows["numel"].sum() == whole[param], (name, attr)
 
 
 def test_fsdp_outputs_combine_like_data_parallel_ones(ranks: list[dict[str, Any]]) -> None:
