@@ -291,12 +291,14 @@ class _NoOpHooks:
             handle.remove()
 
 
-def _clear_and_step(tracker: Any, step: Callable[[nn.Module], None], model: nn.Module) -> None:
-    tracker.stashes.clear()
+def _training_step(tracker: Any, step: Callable[[nn.Module], None], model: nn.Module) -> None:
+    """One step as a training loop runs it: the records kept (not cleared: clearing every
+    step made the tracker's columns grow again from empty each time, 33 us of a 0.22 ms
+    MLP step, while the floor's list did not notice), then `tracker.step()`."""
     step(model)
     if isinstance(tracker, tensor_tracker.Tracker):
-        # As in a training loop; without it the parameters would be recorded once only,
-        # while their floor (`_MinimalParamStats`) computes them at every step.
+        # Without it the parameters would be recorded once only, while their floor
+        # (`_MinimalParamStats`) computes them at every step.
         tracker.step()
 
 
@@ -551,11 +553,11 @@ def small_models(pairs: int) -> None:
             )
             step(tracked)
             count = len(tracker.stashes)
-            tracked_step = functools.partial(_clear_and_step, tracker, step, tracked)
+            tracked_step = functools.partial(_training_step, tracker, step, tracked)
             floor_step = (
                 functools.partial(step, floor_model)
                 if floor is None
-                else functools.partial(_clear_and_step, floor, step, floor_model)
+                else functools.partial(_training_step, floor, step, floor_model)
             )
             floors, ratios, above = _triples(
                 [functools.partial(step, untracked), floor_step, tracked_step], pairs
