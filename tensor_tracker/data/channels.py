@@ -14,6 +14,7 @@ from torch import Tensor
 from .._optional import require
 from .._validate import check_bool, check_number, check_type
 from ..errors import ArgumentValueError, NotRecordedError
+from ..stats.spec import channel_dim
 from .frame import holds_copies, recording_frame
 
 if TYPE_CHECKING:
@@ -94,9 +95,9 @@ def _vector_from_copy(value: Any, stat: str) -> Any:
     np = require("numpy", "pandas")
     if not isinstance(value, Tensor) or value.dim() == 0 or value.numel() == 0:
         return None
-    x = value.detach().double()
-    if x.is_complex():
-        x = x.abs()
+    x = value.detach()
+    x = (x.abs() if x.is_complex() else x).double()
+    x = x.movedim(channel_dim(x.dim()), -1)
     x = x.reshape(-1, x.shape[-1])
     if stat == "abs_max":
         v = x.abs().amax(0)
@@ -123,7 +124,9 @@ def channel_table(
     Args:
         recording: a `Tracker` (or list of `Stash`) recorded with e.g.
             `stats=[*stats.DEFAULT, stats.per_channel("abs_max")]`, or holding full copies
-            (then the statistic is computed from them, over the last dimension).
+            (then the statistic is computed from them, per channel as `stats.per_channel`
+            keeps them: `stats.channel_dim`, dimension 1 of a 4-D or 5-D tensor, else the
+            last).
         column: the per-channel column of `to_frame()`: `"<stat>_per_channel"`.
         grad: read gradients instead of forward values.
         kind: which records: `"output"` (module outputs, the default), `"input"` or

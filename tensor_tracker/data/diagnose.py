@@ -705,8 +705,8 @@ def diagnose(
     - `outlier_channels`: module outputs with a channel whose `abs_max` passes
       `outlier_ratio` times the median channel of the same module at the same step (record
       `tensor_tracker.stats.per_channel("abs_max")`, as `diagnosis_stats` does, or full
-      copies: channels are the last
-      dimension), one finding per module naming the channels and the steps, in forward
+      copies; channels are `tensor_tracker.stats.channel_dim`'s: dimension 1 of a CNN's
+      4-D outputs, else the last), one finding per module naming the channels and the steps, in forward
       order: a channel carried by a residual stream shows in every module after the one
       that writes it, so the first finding is where it appears (see
       `tensor_tracker.data.channels.DEFAULT_OUTLIER_RATIO` for why 10: Gaussian channels

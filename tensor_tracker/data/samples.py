@@ -24,6 +24,7 @@ from .._optional import require
 from .._validate import check_bool, check_choice, check_int
 from ..errors import ArgumentValueError, NotRecordedError
 from ..stats import Stats
+from ..stats.spec import channel_dim as channel_dim_of
 from .select import display_name, module_order, recorded_steps, select_from, shown_value
 from .series import empty_error
 
@@ -226,7 +227,7 @@ def sample_stats(
         >>> tensor_tracker.sample_stats(t).outlier()
         3
     """
-    return sample_rows(recording, "sample_stats", step, call, grad, names, batch_dim, -1).stats
+    return sample_rows(recording, "sample_stats", step, call, grad, names, batch_dim, None).stats
 
 
 def sample_values(
@@ -239,7 +240,7 @@ def sample_values(
     grad: bool = False,
     names: Names = None,
     batch_dim: int = 0,
-    channel_dim: int = -1,
+    channel_dim: int | None = None,
 ) -> SampleValues:
     """One batch item's values per channel at every module, from the full copies of one
     step: where in the network, and in which channels, a sample's values go wrong.
@@ -258,8 +259,9 @@ def sample_values(
         grad: `True` for the gradients of the outputs, `False` (default) for the outputs.
         names: the modules (a substring or regex, or a list of names); default: all.
         batch_dim: the batch dimension of the outputs (default 0).
-        channel_dim: the channel dimension (default -1, the features of a transformer;
-            1 for a CNN's `[batch, channels, height, width]`).
+        channel_dim: the channel dimension; default: each output's own
+            (`tensor_tracker.stats.channel_dim`: 1 for a CNN's 4-D `[batch, channels,
+            height, width]`, else the last, the features of a transformer).
 
     Returns:
         A `SampleValues`: per module the sample's values `[channels]`, and the batch's
@@ -353,13 +355,14 @@ def sample_rows(
     grad: bool,
     names: Names,
     batch_dim: int,
-    channel_dim: int,
+    channel_dim: int | None,
 ) -> SampleRows:
     """The copies of one step, split per sample: the work behind both public functions."""
     check_bool(grad, f"{caller}(grad=...)")
     check_int(call, f"{caller}(call=...)", "a call index (int)")
     check_int(batch_dim, f"{caller}(batch_dim=...)", "a dimension (int)")
-    check_int(channel_dim, f"{caller}(channel_dim=...)", "a dimension (int)")
+    if channel_dim is not None:
+        check_int(channel_dim, f"{caller}(channel_dim=...)", "a dimension (int) or None")
     if step is not None:
         check_int(step, f"{caller}(step=...)", "a recorded step (int) or None")
     steps = recorded_steps(recording, f"{caller}(recording)", kind="output")
@@ -409,7 +412,7 @@ def sample_rows(
         )
     ndims = {t.dim() for t in tensors.values()}
     for dim, argument in ((batch_dim, "batch_dim"), (channel_dim, "channel_dim")):
-        if not any(-n <= dim < n for n in ndims):
+        if dim is not None and not any(-n <= dim < n for n in ndims):
             raise ArgumentValueError(
                 f"{caller}({argument}={dim}): the outputs have {sorted(ndims)} dimensions"
             )
@@ -428,12 +431,11 @@ def sample_rows(
             continue
         t = tensors[name]
         n = t.dim()
-        if not (-n <= batch_dim < n and -n <= channel_dim < n):
-            skipped[name] = (
-                f"its output {tuple(t.shape)} has no dimension {batch_dim} or {channel_dim}"
-            )
+        channel = channel_dim_of(n) if channel_dim is None else channel_dim
+        if not (-n <= batch_dim < n and -n <= channel < n):
+            skipped[name] = f"its output {tuple(t.shape)} has no dimension {batch_dim} or {channel}"
             continue
-        b, c = batch_dim % n, channel_dim % n
+        b, c = batch_dim % n, channel % n
         if b == c:
             raise ArgumentValueError(
                 f"{caller}(channel_dim={channel_dim}): the same dimension as batch_dim="

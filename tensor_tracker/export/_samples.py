@@ -48,7 +48,7 @@ def samples_payload(recording: Any, steps: list[int], modules: list[str]) -> dic
     omitted: list[int] = []
     for k in range(len(steps) - 1, -1, -1):
         try:
-            rows = sample_rows(recording, "report", steps[k], 0, False, None, 0, -1)
+            rows = sample_rows(recording, "report", steps[k], 0, False, None, 0, None)
         except TensorTrackerError:  # this step's outputs do not split into samples
             continue
         full = sum(r.numel() for r in rows.positions)

@@ -30,7 +30,7 @@ def sample_plot(
     grad: bool = False,
     names: Names = None,
     batch_dim: int = 0,
-    channel_dim: int = -1,
+    channel_dim: int | None = None,
     stat: SampleStat = "rms",
 ) -> Figure:
     """One batch item's values per channel at every module (a heat map, modules down,

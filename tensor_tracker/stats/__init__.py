@@ -69,9 +69,11 @@ modulus, while `mean`, `std`, `min` and `max` describe the distribution of `|z|`
 complex mean would not fit in a float column), and format fractions count `|z|` against
 each format's limits. Custom statistics receive the complex tensor itself.
 
-Statistics per channel and per sample: `per_channel(stat, dim=-1)` and
+Statistics per channel and per sample: `per_channel(stat, dim=None)` and
 `per_sample(stat, dim=0)` (`stat` one of `abs_max`, `rms`, `mean`, `abs_mean`) keep one
-number per index of `dim`, reducing every other dimension: a vector per tensor, named
+number per index of `dim` (by default for channels `channel_dim(tensor.dim())`: 1 for 4-D
+and 5-D tensors, a CNN's `[batch, channels, height, width]`, else the last), reducing
+every other dimension: a vector per tensor, named
 `<stat>_per_channel` / `<stat>_per_sample`, computed on the device in the same call (one
 reduction, no host sync). Each record keeps its own width (the size of `dim` there).
 They show which hidden channels carry outliers (LLM.int8's outlier features, "massive
@@ -125,6 +127,7 @@ from .spec import (
     PerAxis,
     Statistic,
     blocks,
+    channel_dim,
     histogram,
     per_channel,
     per_sample,
@@ -146,6 +149,7 @@ __all__ = [
     "Stats",
     "StatsFn",
     "blocks",
+    "channel_dim",
     "combine",
     "compute",
     "formats",

@@ -27,6 +27,7 @@ __all__ = [
     "PerAxis",
     "Statistic",
     "blocks",
+    "channel_dim",
     "histogram",
     "parse_items",
     "per_channel",
@@ -338,7 +339,8 @@ class PerAxis:
 
     Attributes:
         stat: one of `VECTOR_STATS`.
-        dim: the dimension kept; every other one is reduced.
+        dim: the dimension kept; every other one is reduced. `None` (channels only): the
+            channel dimension of each tensor's layout, `channel_dim(tensor.dim())`.
         axis: `"channel"` or `"sample"`: what the vector is per, and so its name
             `<stat>_per_<axis>`.
 
@@ -348,7 +350,7 @@ class PerAxis:
     """
 
     stat: str
-    dim: int
+    dim: int | None
     axis: str
 
     def __post_init__(self) -> None:
@@ -361,8 +363,11 @@ class PerAxis:
             raise ArgumentValueError(
                 f"{call}(stat=...) must be one of {', '.join(VECTOR_STATS)}; got {self.stat!r}"
             )
+        if self.dim is None and self.axis == "channel":
+            return
         if not isinstance(self.dim, int) or isinstance(self.dim, bool):
-            raise ArgumentTypeError(f"{call}(dim=...) must be an int, got {self.dim!r}")
+            kind = "an int or None" if self.axis == "channel" else "an int"
+            raise ArgumentTypeError(f"{call}(dim=...) must be {kind}, got {self.dim!r}")
 
     @property
     def name(self) -> str:
@@ -370,17 +375,33 @@ class PerAxis:
         return f"{self.stat}_per_{self.axis}"
 
 
-def per_channel(stat: str, dim: int = -1) -> PerAxis:
-    """A statistic per channel: a vector of one number per index of dimension `dim`,
+def channel_dim(ndim: int) -> int:
+    """The dimension holding the channels of a tensor of `ndim` dimensions in PyTorch's
+    layouts, what `per_channel` and `sample_values` keep by default: 1 for 4-D and 5-D
+    tensors (`[batch, channels, height, width]` and `[batch, channels, depth, height,
+    width]`: a CNN's convolutions, norms, activations and blocks alike; a `[batch, heads,
+    query, key]` attention map gives one value per head), else the last (`[batch, seq,
+    hidden]`, `[batch, features]`, a `Linear` weight's input features). A Conv1d's
+    `[batch, channels, length]` is the one common layout this misreads: pass `dim=1`.
+
+    Example:
+        >>> channel_dim(4), channel_dim(3), channel_dim(2)
+        (1, -1, -1)
+    """
+    return 1 if ndim in (4, 5) else -1
+
+
+def per_channel(stat: str, dim: int | None = None) -> PerAxis:
+    """A statistic per channel: a vector of one number per index of the channel dimension,
     reducing every other dimension, to put in a stats spec.
 
-    With the default `dim=-1` this is one number per hidden unit of a `[batch, seq,
-    hidden]` activation (or per output feature of a `Linear` weight's gradient along its
-    rows, `dim=0`): the view that shows the outlier channels of LLM.int8 and "massive
-    activations", which a per-tensor `abs_max` cannot attribute to a channel. The
-    channels of a convolution's `[batch, channels, height, width]` output are `dim=1`:
-    with the default, a CNN's "channels" are the columns of its feature maps (as in
-    `diagnosis_stats`, which keeps `dim=-1`, the transformer layout).
+    By default (`dim=None`) the channels are those of each tensor's layout
+    (`channel_dim`): the last dimension of a `[batch, seq, hidden]` activation, one
+    number per hidden unit, the view that shows the outlier channels of LLM.int8 and
+    "massive activations", which a per-tensor `abs_max` cannot attribute to a channel;
+    dimension 1 of a CNN's `[batch, channels, height, width]` feature maps. Pass `dim=` to
+    keep another dimension in every tensor (`dim=1` for a Conv1d's `[batch, channels,
+    length]`, `dim=0` for a weight's output features).
 
     The vector is computed on the tensor's device in the same hook as the other
     statistics (one reduction, no host sync) and kept in the tracker's statistics store,
@@ -393,7 +414,8 @@ def per_channel(stat: str, dim: int = -1) -> PerAxis:
     first call would leave two bad choices for such a record: raise in the middle of a
     run, or cut and pad the vector into numbers never computed; a length per record costs
     8 bytes.) A tensor without dimension `dim` (a 0-d scalar, a bias with `dim=1`) or
-    with no values gives an empty vector.
+    with no values gives an empty vector; a 1-D tensor's entries are each their own
+    channel.
 
     Statistics: `abs_max` (largest |x|), `rms` (`sqrt(mean(x**2))`), `mean`, `abs_mean`
     (`mean(|x|)`), each over the values sharing that index. NaN propagates into the
@@ -402,7 +424,8 @@ def per_channel(stat: str, dim: int = -1) -> PerAxis:
 
     Args:
         stat: one of `"abs_max"`, `"rms"`, `"mean"`, `"abs_mean"`.
-        dim: the dimension kept (negative counts from the end).
+        dim: the dimension kept (negative counts from the end); `None` (default): each
+            tensor's channel dimension, `channel_dim(tensor.dim())`.
 
     Returns:
         A `PerAxis` to put in a stats spec, e.g. `stats=[*stats.DEFAULT,
@@ -410,13 +433,16 @@ def per_channel(stat: str, dim: int = -1) -> PerAxis:
 
     Raises:
         ArgumentValueError: `stat` is not one of those four.
-        ArgumentTypeError: `dim` is not an int.
+        ArgumentTypeError: `dim` is not an int or None.
 
     Example:
         >>> fn = parse(["rms", per_channel("abs_max")])
         >>> s = fn(torch.tensor([[1.0, -5.0], [-3.0, 2.0]]))
         >>> s["abs_max_per_channel"]
         tensor([3., 5.], dtype=torch.float64)
+        >>> images = torch.zeros(2, 3, 4, 4); images[:, 1] = 7.0  # [batch, channels, h, w]
+        >>> fn(images)["abs_max_per_channel"]
+        tensor([0., 7., 0.], dtype=torch.float64)
     """
     return PerAxis(stat, dim, "channel")
 

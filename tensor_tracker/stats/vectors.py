@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .kernels import F64, compute_dtype
-from .spec import PerAxis
+from .spec import PerAxis, channel_dim
 
 __all__ = ["VectorFn", "VectorRows", "vector_items"]
 
@@ -51,14 +51,15 @@ class VectorFn:
         if x.layout != torch.strided:
             x = x.to_dense()
         nd = x.dim()
-        if not -nd <= self.dim < nd or x.numel() == 0:
+        dim = channel_dim(nd) if self.dim is None else self.dim
+        if not -nd <= dim < nd or x.numel() == 0:
             return torch.empty(0, dtype=F64, device=x.device)
         if x.is_complex():
             x = x.abs()
         dtype = compute_dtype(x.dtype)
         if dtype is not None:
             x = x.to(dtype)
-        keep = self.dim % nd
+        keep = dim % nd
         dims = tuple(d for d in range(nd) if d != keep)
         stat = self.stat
         if not dims:  # a 1-D tensor: each entry is its own channel

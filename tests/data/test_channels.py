@@ -141,6 +141,36 @@ def test_full_copies_give_the_same_table() -> None:
     assert tt.diagnose(_record(model, stats=False)).findings[0].modules == ("2.fc2",)
 
 
+def _cnn() -> nn.Sequential:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1),
+        nn.ReLU(),
+    )
+    with torch.no_grad():
+        model[3].weight[CHANNEL] *= 100  # output channel 13 of the second convolution
+    return model
+
+
+@pytest.mark.parametrize("copies", [False, True])
+def test_a_cnn_outlier_channel_is_found_in_its_channel_dimension(copies: bool) -> None:
+    # A CNN's channels are dimension 1 of its [batch, channels, height, width] outputs,
+    # convolutions and activations alike; the feature maps' 12 columns are not channels.
+    model = _cnn()
+    with tt.track(model, stats=False if copies else tt.diagnosis_stats) as t:
+        model(torch.randn(2, 3, 10, 12)).square().mean().backward()
+    table = channel_table(t)
+    assert table.widths[table.modules.index("3")] == 16
+    found = outlier_channels(table)
+    assert [o.module for o in found][:2] == ["3", "4"]
+    assert all(o.channels == (CHANNEL,) for o in found[:2])
+    findings = [f for f in tt.diagnose(t) if f.check == "outlier_channels"]
+    assert findings[0].modules == ("3",) and findings[0].evidence["channels"] == str(CHANNEL)
+
+
 def test_a_loaded_recording_diagnoses_alike(tmp_path: object) -> None:
     pytest.importorskip("pyarrow")
     from pathlib import Path

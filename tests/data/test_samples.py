@@ -145,6 +145,9 @@ def test_a_cnn_with_channels_in_dimension_1() -> None:
     assert torch.equal(v.value("0"), out[2, :, 3, 4].to(torch.float64))
     with pytest.raises(ArgumentValueError, match=r"position=42.*0 to 41"):
         sample_values(t, 2, position=42, channel_dim=1)
+    # The default reads each output's own layout: dimension 1 of these 4-D outputs.
+    default = sample_values(t, 2, position=3 * 7 + 4)
+    assert torch.equal(default.value("0"), v.value("0"))
 
 
 def test_copies_in_bfloat16_and_a_loaded_recording(tmp_path: Path) -> None:

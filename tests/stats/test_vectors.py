@@ -40,6 +40,29 @@ def test_values_match_numpy_for_every_dimension(stat: str, dim: int) -> None:
         np.testing.assert_allclose(got.numpy(), _reference(x.numpy(), stat, dim), rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("shape", "kept"),
+    [((2, 5, 4, 3), 1), ((2, 5, 2, 4, 3), 1), ((2, 6, 5), 2), ((6, 5), 1), ((5,), 0)],
+)
+def test_channels_by_default_are_each_layouts_channel_dimension(
+    shape: tuple[int, ...], kept: int
+) -> None:
+    # [batch, channels, height, width] (and 5-D) keep dimension 1; the transformer and
+    # MLP layouts their last; a 1-D tensor's entries are each their own channel.
+    x = torch.randn(*shape)
+    assert stats.channel_dim(x.dim()) % x.dim() == kept
+    got = stats.parse([stats.per_channel("abs_max")])(x)["abs_max_per_channel"]
+    np.testing.assert_allclose(got.numpy(), _reference(x.numpy(), "abs_max", kept), rtol=1e-12)
+    explicit = stats.parse([stats.per_channel("abs_max", dim=-1)])(x)["abs_max_per_channel"]
+    assert len(explicit) == shape[-1]
+
+
+def test_only_channels_take_a_layout_dependent_dimension() -> None:
+    assert stats.per_channel("rms").dim is None
+    with pytest.raises(ArgumentTypeError, match=r"per_sample\(dim=...\) must be an int"):
+        stats.per_sample("rms", dim=None)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("stat", STATS)
 def test_half_integer_complex_and_strided_tensors(stat: str) -> None:
     torch.manual_seed(1)
