@@ -122,6 +122,7 @@ def channel_map(
     positive = shown[np.isfinite(shown) & (shown > 0)]
     # Room for every module's label up to ~60 modules; beyond, `category_ticks` thins them.
     height = min(16.0, 1.4 + 0.23 * len(rows))
+    own_figure = ax is None
     fig, ax = new_axes(ax, (min(MAX_WIDTH, 4.0 + width / 60), max(3.0, height)))
     cmap = require("matplotlib", "plot").colormaps["magma"].with_extremes(bad="#d9d9d9")
     masked = np.ma.masked_where(~(np.isfinite(shown) & (shown > 0)), shown)
@@ -139,8 +140,9 @@ def channel_map(
     category_ticks(ax.yaxis, [display_name(table.modules[r]) for r in rows], fontsize="x-small")
     ax.set_xlabel("channel")
     ax.set_ylabel("module")
+    # Two lines: the figure is as narrow as 4.5 inches for a few dozen channels.
     ax.set_title(
-        f"{stat} per channel of each module's {what}" + (f", {steps_label}" if steps_label else ""),
+        f"{stat} per channel of each module's {what}" + (f"\n{steps_label}" if steps_label else ""),
         fontsize="medium",
     )
     if mark is not None:
@@ -166,7 +168,10 @@ def channel_map(
                 linewidths=1.2,
                 label=f"over {mark:g}x the module's median channel",
             )
-            ax.legend(loc="upper right", fontsize="small")
+            if own_figure:  # below it: inside the axes the legend hides the first rows
+                fig.legend(loc="outside lower center", fontsize="small", frameon=False)
+            else:  # the caller's figure may hold other axes
+                ax.legend(loc="upper right", fontsize="small")
     ax.set_xlim(-0.5, width - 0.5)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     return fig

@@ -54,9 +54,31 @@ def test_the_outlier_channel_is_circled_where_it_is(planted: tt.Tracker) -> None
     assert ("2.fc2", CHANNEL) in circled
     assert {x for _, x in circled} == {CHANNEL}
     assert not any(name.startswith("1") for name, _ in circled)
-    assert "10x" in ax.get_legend().get_texts()[0].get_text()
+    assert "10x" in fig.legends[0].get_texts()[0].get_text()
     unmarked = plot.channel_map(planted, mark=None)
-    assert not unmarked.axes[0].collections
+    assert not unmarked.axes[0].collections and not unmarked.legends
+
+
+def test_the_legend_and_title_leave_the_image_whole(planted: tt.Tracker) -> None:
+    # A narrow figure (32 channels: 4.5 inches): the title in two lines within the figure,
+    # the legend below the axes instead of over the first modules' rows.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = plot.channel_map(planted)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    axes_box = ax.get_window_extent(renderer)
+    assert fig.legends[0].get_window_extent(renderer).y1 <= axes_box.y0
+    title = ax.title.get_window_extent(renderer)
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.width
+    # In the caller's own axes (a figure that may hold others) the legend stays in them.
+    import matplotlib.figure
+
+    own = matplotlib.figure.Figure()
+    theirs = own.subplots(1, 2)[1]
+    plot.channel_map(planted, ax=theirs)
+    assert not own.legends and theirs.get_legend() is not None
 
 
 def test_one_step_and_chosen_modules(planted: tt.Tracker) -> None:
