@@ -302,9 +302,12 @@ class EagerHooks:
                 reg.no_grad_hooked.add(site)
         if not wanted:
             return
-        # partial, not a lambda: one Python frame fewer per gradient.
-        if tensors is None:
-            self._hook_tensor(value, partial(self._record, site, call, step, flags | GRAD | TUPLE))
+        # partial, not a lambda: one Python frame fewer per gradient. A value holding one
+        # tensor (attention's `(output, None)`) has one gradient to wait for: recorded as
+        # the 1-tuple it is, without gathering.
+        if tensors is None or len(tensors) == 1:
+            tensor = value if tensors is None else tensors[0]
+            self._hook_tensor(tensor, partial(self._record, site, call, step, flags | GRAD | TUPLE))
             return
         gather = Gather(len(tensors), partial(self._record, site, call, step, flags | GRAD))
         for i in wanted:
