@@ -134,13 +134,21 @@ def cpu_moments(x: Tensor) -> list[float]:
     return [centre.item(), torch.linalg.vector_norm(x - centre).item() / math.sqrt(n)]
 
 
+_SMALL = 1 << 16
+"""Elements below which a non-contiguous tensor is copied rather than viewed (see `flat`)."""
+
+
 def flat(x: Tensor) -> Tensor:
-    """`x`'s elements as a 1-D tensor in memory order: a view when `x` is dense in some
-    order of its dimensions (contiguous, transposed, permuted), otherwise a contiguous copy.
-    Statistics do not depend on the order of the elements, so e.g. attention outputs, which
-    are transposed, need no copy."""
+    """`x`'s elements as a 1-D tensor: a view when `x` is contiguous, or dense in some
+    other order of its dimensions (transposed, permuted) and holds `_SMALL` elements or
+    more; otherwise a contiguous copy. Statistics do not depend on the order of the
+    elements (up to rounding), so e.g. large attention outputs, which are transposed, need
+    no copy; for a small tensor the copy (one C++ call) costs less than telling whether it
+    is dense (measured inside real steps: 45 us a step for four 4,096-element tensors)."""
     if x.is_contiguous():
         return x.view(-1)
+    if x.numel() < _SMALL:
+        return x.reshape(-1)
     expected = 1
     for stride, size in sorted(zip(x.stride(), x.shape, strict=True)):
         if size != 1:

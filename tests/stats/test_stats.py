@@ -326,12 +326,17 @@ def test_layouts_give_the_statistics_of_a_contiguous_copy(view: Callable[[Tensor
         assert got[name] == pytest.approx(want[name], rel=1e-6, nan_ok=True), name
 
 
-def test_flat_views_dense_tensors_without_copying() -> None:
-    x = torch.randn(4, 5, 6)
+def test_flat_views_large_dense_tensors_without_copying() -> None:
+    x = torch.randn(64, 32, 32)  # kernels._SMALL elements
     permuted = x.permute(2, 0, 1)
     assert kernels.flat(permuted).data_ptr() == x.data_ptr()
     assert kernels.flat(x[:, 1:]).data_ptr() != x.data_ptr()
     assert torch.equal(kernels.flat(x[:, 1:]), x[:, 1:].reshape(-1))
+    # A small one is copied: cheaper than telling whether it is dense.
+    small = torch.randn(4, 5, 6)
+    copied = kernels.flat(small.permute(2, 0, 1))
+    assert copied.data_ptr() != small.data_ptr()
+    assert torch.equal(copied, small.permute(2, 0, 1).reshape(-1))
 
 
 @pytest.mark.parametrize("spec", [S.DEFAULT, ALL], ids=["default", "all"])
@@ -955,3 +960,40 @@ def test_complex_tensors_are_summarised_by_their_magnitudes() -> None:
     seen = []
     S.compute(z, [("kind", lambda t: seen.append(t.dtype) or t.abs().sum())])
     assert seen == [torch.complex64]  # custom statistics get the complex tensor itself
+
+
+@pytest.mark.parametrize("spec", [S.DEFAULT, ["mean", "max"], ["sum"], ALL], ids=str)
+def test_the_stores_fast_path_keeps_what_raw_computes(spec: Sequence[str]) -> None:
+    # `StatsStore.put` computes the core statistics of CPU float tensors itself, without
+    # `StatsFn.raw`'s dispatch: the same numbers, bit for bit, for every layout and dtype
+    # (the ones it does not take go through `raw`).
+    fn = S.parse(spec)
+    store = fn.store()
+    x = random_data((64, 32, 40), torch.float32, seed=7)
+    tensors = [
+        x,
+        x.double(),
+        x.permute(2, 0, 1),  # large, dense: viewed
+        x[:4].transpose(0, 1),  # small: copied
+        x[:, 1:],  # not dense
+        x.requires_grad_(True),
+        torch.tensor(2.5),
+        torch.empty(0, 3),
+        x[:4].bfloat16(),
+        x[:4].to(torch.int32),
+        x[:8, :8, 0].to_sparse(),
+    ]
+    for t in tensors:
+        raw, numel = fn.raw(t)
+        kept = store.get(store.put(t))
+        assert kept.numel == numel
+        want = list(
+            fn.layout._empty_values
+            if raw is None
+            else raw.tolist()
+            if isinstance(raw, Tensor)
+            else raw
+        )
+        got = kept.raw.tolist()
+        same = [a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(got, want, strict=True)]
+        assert all(same), t.dtype
