@@ -120,9 +120,10 @@ def cpu_moments(x: Tensor) -> list[float]:
     pass), so this takes `sum(x)` and `dot(x, x)` (two vectorised passes, no temporary) and
     `var = dot/n - mean**2`. That subtraction cancels the leading bits the two terms share:
     when `mean**2` is more than 3 times `var` (under a quarter of `dot/n` remains), the
-    classic two-pass `norm(x - mean)` is computed instead, so the result never has more than
-    4 times the sums' own relative error (NaN, inf and overflowing squares take that path
-    too).
+    classic second pass `norm(x - mean)` about the mean already summed is computed instead,
+    so the result never has more than 4 times the sums' own relative error (NaN, inf and
+    overflowing squares take that path too). Layer-norm weights near 1 and Adam's
+    `exp_avg_sq` take it: more of them as training goes on.
     """
     n = x.numel()
     mean = x.sum().item() / n
@@ -130,8 +131,7 @@ def cpu_moments(x: Tensor) -> list[float]:
     var = square_mean - mean * mean
     if 0.25 * square_mean <= var < INF:  # also false for NaN, and for squares overflowing
         return [mean, math.sqrt(var)]
-    centre = x.mean()
-    return [centre.item(), torch.linalg.vector_norm(x - centre).item() / math.sqrt(n)]
+    return [mean, torch.linalg.vector_norm(x - mean).item() / math.sqrt(n)]
 
 
 _SMALL = 1 << 16
