@@ -438,17 +438,6 @@ def _triples(
     return floors, tracked, above
 
 
-def _with_dynamo(factory: Callable[[nn.Module, Any], Any]) -> Callable[[nn.Module, Any], Any]:
-    """`factory`, with `torch._dynamo` imported first (as transformers does)."""
-
-    def make(model: nn.Module, optimizer: Any) -> Any:
-        import torch._dynamo  # noqa: F401
-
-        return factory(model, optimizer)
-
-    return make
-
-
 def small_models(pairs: int) -> None:
     """Tracked/untracked ratios on small models, where the per-stash cost dominates; each
     tracked row beside its floor (minimal hooks doing the same arithmetic per tensor),
@@ -515,20 +504,12 @@ def small_models(pairs: int) -> None:
             lambda m, o: _MinimalStats(m),
             None,
         ),
-        # Last: once Dynamo is imported (transformers imports it) the hooks are attached
-        # behind `untraced`, which only checks whether a compiled region is running.
-        (
-            "encoder d64, stats=True, torch._dynamo imported",
-            "encoder",
-            False,
-            _with_dynamo(lambda m, o: tensor_tracker.track(m, stats=True)),
-            lambda m, o: _MinimalStats(m),
-            None,
-        ),
     ]
     for label, kind, adam, factory, floor_factory, target in rows:
         untracked, x = small_model(kind)
         models = [untracked, copy.deepcopy(untracked), copy.deepcopy(untracked)]
+        # Making an optimizer imports torch._dynamo, as in any training script: every row
+        # has the tracker's hooks behind `untraced` (see `_torch_compat.untraced`).
         optimizers = {id(m): torch.optim.Adam(m.parameters(), lr=1e-4) for m in models}
 
         def step(

@@ -438,8 +438,8 @@ class Recorder(CompiledHooks):
         module = reg.module
         # Under torch.compile, Dynamo would trace the hooks (slowly, recompiling as their
         # state changes); `untraced`, it calls them as they are. The wrapper costs a check
-        # per call, so only where Dynamo may run (torch.compile imports it; so does
-        # transformers).
+        # per call, so only where Dynamo may run (torch.compile imports it; so do
+        # torch.optim's optimizers and transformers).
         dynamo = bool(self._compiled) or "torch._dynamo" in sys.modules
         # Statistics computed in a compiled model's graphs and handed out by `emit` (see
         # `_graph_hook`): the outputs', and the gradients' where Dynamo traces a tensor hook
