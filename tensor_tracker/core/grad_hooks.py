@@ -15,7 +15,8 @@ autograd details make "the gradient of this tensor" harder than `tensor.register
   records once: as soon as every tensor that will get a gradient has one, or, at the
   latest, when the backward pass ends (`queue_callback`). Unlike
   `torch.autograd.graph.register_multi_grad_hook`, it counts the tensor `backward()` was
-  called on, which the engine reports as "not executed".
+  called on, which the engine reports as "not executed". A value holding one tensor
+  (attention's `(output, None)`) needs none of this: it is hooked like a tensor.
 """
 
 from __future__ import annotations
