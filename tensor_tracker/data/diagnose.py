@@ -706,9 +706,9 @@ def diagnose(
       `outlier_ratio` times the median channel of the same module at the same step (record
       `tensor_tracker.stats.per_channel("abs_max")`, as `diagnosis_stats` does, or full
       copies; channels are `tensor_tracker.stats.channel_dim`'s: dimension 1 of a CNN's
-      4-D outputs, else the last), one finding per module naming the channels and the steps, in forward
-      order: a channel carried by a residual stream shows in every module after the one
-      that writes it, so the first finding is where it appears (see
+      4-D outputs, else the last), one finding per module naming the channels and the
+      steps, in forward order: a channel carried by a residual stream shows in every
+      module after the one that writes it, so the first finding is where it appears (see
       `tensor_tracker.data.channels.DEFAULT_OUTLIER_RATIO` for why 10: Gaussian channels
       stay under 7, the outlier features of LLM.int8 and massive activations are 20 to
       10,000 times).
