@@ -335,19 +335,6 @@ class StatsFn:
         return (tensors[0] if len(tensors) == 1 else torch.cat(tensors)), numel
 
     @property
-    def host_kernel(self) -> tuple[Callable[[Tensor], list[float]], bool] | None:
-        """What `raw` runs for a non-empty strided CPU float32/float64 tensor, for
-        `StatsStore.put` to call directly (hooks run cold: its dispatch costs more there
-        than in a loop): the function giving the raw vector as host floats, and whether it
-        takes the tensor flattened by `flat`. `None` when these statistics need more than
-        the core groups (range counts, custom statistics, histograms, blocks, vectors) or
-        compiled kernels."""
-        if not self._simple or self._compiled is not None:
-            return None
-        assert self._core is not None
-        return self._core.host, self._core.flat
-
-    @property
     def traceable(self) -> bool:
         """Whether `graph_raw` can compute these statistics (the built-in ones without
         range counts: no custom statistic, histogram or format fraction)."""

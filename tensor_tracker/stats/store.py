@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..core.structure import iter_leaves
 from ..errors import ArgumentValueError, TrackerStateError
-from .kernels import F64, REDUCED_AS_THEY_ARE, flat
+from .kernels import F64
 from .values import Stats
 from .vectors import VectorRows
 
@@ -37,7 +37,6 @@ _MAX_ROWS = (2**31 - 1) >> _SLOT_BITS
 # The tracker then keeps the statistics as objects instead.
 _TOO_MANY_ROWS = f"a StatsStore keeps at most {_MAX_ROWS:,} rows per device"
 _CPU = torch.device("cpu")
-_STRIDED = torch.strided
 
 
 def _shows_nonfinite(watch: tuple[tuple[int, int] | None, int], raw: list[float]) -> bool:
@@ -132,7 +131,6 @@ class StatsStore:
         "_badness",
         "_fn",
         "_host",
-        "_kernel",
         "_last",
         "_parts",
         "_seen",
@@ -144,7 +142,6 @@ class StatsStore:
 
     def __init__(self, fn: StatsFn) -> None:
         self._fn = fn
-        self._kernel = fn.host_kernel
         self.layout = fn.layout
         self._parts: list[_HostRows | _DeviceRows] = []
         self._slots: dict[torch.device, int] = {}
@@ -217,21 +214,7 @@ class StatsStore:
         last = self._last
         if last is not None and last[0]() is tensor and last[1] == tensor._version:
             return last[2]
-        kernel = self._kernel
-        if (
-            kernel is not None
-            and tensor.is_cpu
-            and tensor.dtype in REDUCED_AS_THEY_ARE
-            and tensor.layout is _STRIDED
-        ):
-            # `StatsFn.raw` of the default statistics of a CPU float tensor, the common
-            # case, without its dispatch (measured inside real steps: ~1 us per tensor).
-            x = tensor.detach() if tensor.requires_grad else tensor
-            numel = x.numel()
-            compute, flatten = kernel
-            raw: list[float] | Tensor | None = compute(flat(x) if flatten else x) if numel else None
-        else:
-            raw, numel = self._fn.raw(tensor)
+        raw, numel = self._fn.raw(tensor)
         vectors = self._fn.vectors(tensor) if self._vectors else ()
         if type(raw) is list and raw:  # host floats: a CPU tensor's
             watch = self._watch

@@ -963,10 +963,10 @@ def test_complex_tensors_are_summarised_by_their_magnitudes() -> None:
 
 
 @pytest.mark.parametrize("spec", [S.DEFAULT, ["mean", "max"], ["sum"], ALL], ids=str)
-def test_the_stores_fast_path_keeps_what_raw_computes(spec: Sequence[str]) -> None:
-    # `StatsStore.put` computes the core statistics of CPU float tensors itself, without
-    # `StatsFn.raw`'s dispatch: the same numbers, bit for bit, for every layout and dtype
-    # (the ones it does not take go through `raw`).
+def test_the_store_keeps_what_raw_computes(spec: Sequence[str]) -> None:
+    # What a tracker records through `StatsStore.put` is `StatsFn.raw`'s vector, bit for
+    # bit, for every layout (small transposed tensors are copied by `flat`, large ones
+    # viewed) and dtype.
     fn = S.parse(spec)
     store = fn.store()
     x = random_data((64, 32, 40), torch.float32, seed=7)
