@@ -555,7 +555,7 @@ def track(
             (the default): `step()` raises one `RecordingError` naming the directory and
             its free space, after closing the recording with every step written before
             (it loads). `"warn"`: the same closing, then a warning, the hooks removed and
-            training goes on unrecorded.
+            training goes on unrecorded. Only with `stream_to=`.
 
     Returns:
         A `Tracker`: a sequence of `Stash` with `to_frame()`, `step()`, `nbytes`.
@@ -606,6 +606,11 @@ def track(
         _arm_tripwire(tracker, on_nonfinite)
     check_type(on_disk_full, str, "on_disk_full=", '"raise" or "warn"')
     check_choices({on_disk_full}, "on_disk_full=", ("raise", "warn"))
+    if stream_to is None and on_disk_full != "raise":
+        raise ArgumentValueError(
+            f"on_disk_full={on_disk_full!r} says what a write error of stream_to= does, and "
+            "nothing is streamed: pass stream_to=<a directory> too, or leave on_disk_full out"
+        )
     if stream_to is not None:
         _stream(tracker, stream_to, on_disk_full)
     tracker.register_all(

@@ -1,36 +1,27 @@
 """A headless Chromium for the tests that check pages in a real browser (Debian's chromium
-and chromium-driver, driven by Selenium). Without them the tests skip and say what to
-install; `./dev ci` installs them."""
+and chromium-driver, driven by Selenium), offline: passed by path, Selenium Manager never
+run, no request leaving the machine (`tools/chromium.py`). Without them the tests skip and
+say what to install; `./dev ci` installs them."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
+from tools.chromium import missing, offline_chromium
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """A headless Chromium (Selenium WebDriver), 1280x900."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip(
-            "browser tests need Chromium and ChromeDriver: apt-get install chromium "
-            "chromium-driver (./dev ci installs them)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"):
-        options.add_argument(argument)
-    options.add_argument("--disable-dev-shm-usage")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for console_errors
-    driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+    """A headless Chromium (Selenium WebDriver), 1280x900, that cannot reach the network."""
+    pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    reason = missing()
+    if reason is not None:
+        pytest.skip(f"browser tests {reason} (./dev ci installs them)")
+    driver = offline_chromium(1280, 900)
     driver.set_page_load_timeout(60)
     try:
         yield driver

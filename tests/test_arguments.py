@@ -85,6 +85,16 @@ CASES: list[tuple[str, Call, type, str]] = [
     ("track stash_value", lambda e: tt.track(e.model, stash_value=5), T, "stash_value"),
     ("track every kind", lambda e: tt.track(e.model, every={"default": 0}), V, "every"),
     ("track every key", lambda e: tt.track(e.model, every={3: 2}), T, "every"),
+    # issue #35 item 18: these were accepted silently
+    ("track every no default", lambda e: tt.track(e.model, every={"other": 2}), V, "'default'"),
+    (
+        "track on_disk_full without stream_to",
+        lambda e: tt.track(e.model, on_disk_full="warn"),
+        V,
+        "on_disk_full='warn'",
+    ),
+    ("track device absent", lambda e: tt.track(e.model, device="cuda:4095"), V, "device="),
+    ("CopyValue device absent", lambda e: tt.CopyValue(device="cuda:4095"), V, "device="),
     ("track max_bytes str", lambda e: tt.track(e.model, max_bytes="1GB"), T, "max_bytes"),
     ("track keep_steps float", lambda e: tt.track(e.model, keep_steps=1.5), T, "keep_steps"),
     ("track capture empty", lambda e: tt.track(e.model, capture=[]), V, "capture"),
@@ -215,6 +225,12 @@ CASES: list[tuple[str, Call, type, str]] = [
     ("sample_values position", lambda e: tt.sample_values(e.copies, position=1.0), T, "position"),
     ("sample_values step", lambda e: tt.sample_values(e.copies, step=4), V, "step="),
     (
+        "sample_values position on 2-D outputs",
+        lambda e: tt.sample_values(e.copies, position=10**9),
+        V,
+        "position=1000000000",
+    ),
+    (
         "sample_values channel_dim",
         lambda e: tt.sample_values(e.copies, channel_dim=0),
         V,
@@ -288,6 +304,18 @@ CASES: list[tuple[str, Call, type, str]] = [
     ("live_view figure", lambda e: widgets.live_view(e.path / "run", figure="pie"), V, "figure"),
     ("live_view start", lambda e: widgets.live_view(e.path / "run", start="no"), T, "start"),
     ("live_view grad", lambda e: widgets.live_view(e.path / "run", grad=None), T, "grad"),
+    (
+        "live_view no such dir",
+        lambda e: widgets.live_view(e.path / "no" / "such", start=False),
+        V,
+        "no such directory",
+    ),
+    (
+        "live_view a file",
+        lambda e: widgets.live_view(e.path / "run" / "recording.json", start=False),
+        V,
+        "not a directory",
+    ),
     ("histogram_viewer", lambda e: widgets.histogram_viewer(5), T, "tracker"),
     ("history_viewer", lambda e: widgets.history_viewer(5), T, "tracker"),
     ("scale_viewer", lambda e: widgets.scale_viewer(5), T, "tracker"),

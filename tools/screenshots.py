@@ -115,28 +115,13 @@ def bert_run(stream_to: str | None = None) -> tuple[Any, Any]:
 
 
 def chromium(width: int, height: int) -> Any:
-    """A headless Chromium (Selenium) with its console log kept."""
-    from selenium import webdriver
-
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver_path = shutil.which("chromedriver")
-    if binary is None or driver_path is None:
-        raise SystemExit(
-            "needs Chromium and ChromeDriver: apt-get install chromium chromium-driver"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--hide-scrollbars",
-        f"--window-size={width},{height}",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=webdriver.ChromeService(driver_path), options=options)
+    """A headless Chromium (Selenium) with its console log kept, offline
+    (`tools/chromium.py`)."""
+    offline = _sibling("chromium")
+    reason = offline.missing()
+    if reason is not None:
+        raise SystemExit(reason)
+    driver = offline.offline_chromium(width, height, "--hide-scrollbars")
     driver.set_page_load_timeout(120)
     return driver
 
@@ -281,10 +266,15 @@ def viewer_notebook(folder: Path, stream: Path) -> Path:
 
 
 def _jupyterlab() -> Any:
-    """tools/jupyterlab.py of this checkout, loaded by path: `PYTHONPATH` may name another
+    """tools/jupyterlab.py of this checkout (see `_sibling`)."""
+    return _sibling("jupyterlab")
+
+
+def _sibling(name: str) -> Any:
+    """tools/<name>.py of this checkout, loaded by path: `PYTHONPATH` may name another
     checkout, whose `tools` package can be older."""
-    path = Path(__file__).with_name("jupyterlab.py")
-    spec = importlib.util.spec_from_file_location("_tt_shots_jupyterlab", path)
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_tt_shots_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

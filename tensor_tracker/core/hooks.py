@@ -17,14 +17,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from .._torch_compat import graph_task_id, queue_at_end_of_backward
-from ..errors import ArgumentTypeError
+from ..errors import ArgumentTypeError, ArgumentValueError
 from .budget import MemoryBudget, value_nbytes
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns
 from .dist import local_value
@@ -63,8 +63,15 @@ class _Guarded:
     def __call__(self, tensor: Tensor) -> Any:
         try:
             return self.fn(tensor)
+        except _REFUSED:
+            raise  # an argument the tensor shows wrong (per_channel(dim=99)): see _refuse
         except Exception as error:
             return unrecordable(tensor, error)
+
+
+# What the library's own value functions raise for an argument that a tensor shows to be
+# wrong (`stats.check_dim`): not a tensor they cannot handle, but a setting to fix.
+_REFUSED = (ArgumentTypeError, ArgumentValueError)
 
 
 def _guard(fn: StashValueFn) -> StashValueFn:
@@ -228,6 +235,8 @@ class EagerHooks:
                     ref = store.put(value)
                 else:  # e.g. attention's (output, None)
                     refs = tuple(None if v is None else store.put(v) for v in value)
+            except _REFUSED as error:
+                self._refuse(site, flags, error)
             except Exception:  # the object path records it, or says why it could not
                 pass
             else:
@@ -239,7 +248,10 @@ class EagerHooks:
                     columns.add_object(site, call, step, flags | REFS, refs)
                 return
         # The standard StashFn's result, without building an Event or a Stash.
-        kept = keep(value, stash_value)
+        try:
+            kept = keep(value, stash_value)
+        except _REFUSED as error:
+            self._refuse(site, flags, error)
         if self._nonfinite is not None:
             self._nonfinite[2](kept)
         budget = self._budget
@@ -428,6 +440,19 @@ class EagerHooks:
         self._record(site, call, self._step, flags, value)
         if reg.grad:
             self._hook_grads(reg, site, call, self._step, flags, value)
+
+    def _refuse(
+        self, site: int, flags: int, error: ArgumentTypeError | ArgumentValueError
+    ) -> NoReturn:
+        """Stop tracking on a setting the tensor just recorded shows wrong, as `max_bytes=`
+        does: the hooks removed, the stashes kept, the error raised through the pass."""
+        self.unregister()
+        name, _, kind, _ = self.stashes.sites[site]
+        grad = "gradient " if flags & GRAD else ""
+        raise type(error)(
+            f"tensor_tracker: recording the {kind} {grad}of {name or '<root>'!r}: {error}. "
+            f"Tracking stopped (hooks removed); the {len(self.stashes)} stashes so far are kept."
+        ) from None
 
     def _bad_stash(self, stash: object) -> None:
         self.unregister()

@@ -67,9 +67,9 @@ class Options:
             `optimizer.step()`.
         every: record only every N-th step (see `Recorder.step`); between recorded steps no
             hook is attached at all. A dict `{kind: N}` sets it per kind of step (see
-            `step(kind=...)`; `"default"` for the steps of no declared kind, 1 unless
-            given), so that each kind is recorded at least every N of its steps. Kept as a
-            read-only mapping.
+            `step(kind=...)`; the `"default"` entry, which it must have, for the steps of no
+            declared kind), so that each kind is recorded at least every N of its steps.
+            Kept as a read-only mapping.
         train_only: record only while modules are in training mode.
         max_bytes: raise `MemoryBudgetError` (after removing the hooks, keeping what was
             stashed) instead of letting the stashes grow past this many bytes.
@@ -113,6 +113,14 @@ class Options:
             for key, value in self.every.items():
                 check_type(key, str, "every= keys", "step kinds (str)")
                 check_count(value, f"every[{key!r}]", "record every N-th step of that kind")
+            if "default" not in self.every:
+                # Without it the steps of no declared kind would be recorded every step,
+                # which `every={"eval": 10}` does not say.
+                example = {"default": 1, **self.every}
+                raise ArgumentValueError(
+                    f"every={dict(self.every)!r} has no 'default' entry (the pace of the steps "
+                    f"of no declared kind): add one, e.g. every={example!r}"
+                )
             every: int | Mapping[str, int] = types.MappingProxyType(dict(self.every))
         else:
             check_count(self.every, "every=", "record every N-th step")
@@ -138,4 +146,4 @@ class Options:
         every = self.every
         if isinstance(every, int):
             return every
-        return every.get(kind, every.get("default", 1))
+        return every.get(kind, every["default"])

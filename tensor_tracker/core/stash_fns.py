@@ -177,6 +177,18 @@ class CopyValue:
                 f"device={device!r} is not a torch device ('cpu', 'cuda:0', ...; None keeps "
                 f"copies on each tensor's own device): {error}"
             ) from None
+        if self.device is not None:
+            try:
+                # A device this machine lacks (cuda:7 on one GPU, CUDA on a CPU build) would
+                # fail every copy in the hooks: each record an Unrecorded. Refuse it here.
+                torch.empty(0, device=self.device)
+            except (AssertionError, RuntimeError, NotImplementedError) as error:
+                raise ArgumentValueError(
+                    f"device={device!r}: this machine cannot hold tensors there ({error}); "
+                    "pass a device it has ('cpu', or 'cuda:N' below "
+                    f"torch.cuda.device_count() = {torch.cuda.device_count()}), or None to keep "
+                    "copies on each tensor's own device"
+                ) from None
         self.dtype = dtype
         self.sample = sample
         self.seed = seed

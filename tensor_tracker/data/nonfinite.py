@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._optional import require
-from ..core.records import Stash
+from ..core.records import Stash, Unrecorded
 from ..core.structure import iter_tensors
 from ..errors import NotRecordedError
 from .frame import first_stats, holds_copies, later_tensor_stats, recording_frame, to_frame
@@ -72,6 +72,16 @@ def _nonfinite_column(frame: pandas.DataFrame, stashes: Sequence[Stash]) -> Any:
     """Per row, whether the recorded value held a NaN or an infinity."""
     np = require("numpy", "pandas")
     if holds_copies(stashes):
+        if len(stashes) and not any(next(iter_tensors(s.value), None) is not None for s in stashes):
+            # Nothing to look at (e.g. every copy failed: an Unrecorded each): "no NaN"
+            # would be an answer the recording cannot give.
+            reasons = {s.value.reason for s in stashes if isinstance(s.value, Unrecorded)}
+            raise NotRecordedError(
+                f"first_nonfinite(recording): none of its {len(stashes)} records holds a "
+                "tensor to check"
+                + (f" (not recorded: {'; '.join(sorted(reasons)[:3])})" if reasons else "")
+                + ": record full copies or stats=True"
+            )
         return np.array(_flags_from_values(stashes), dtype=bool)  # full copies
     exact = [c for c in _EXACT if c in frame.columns]
     if "nonfinite" in exact:
@@ -156,7 +166,8 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
 
     Raises:
         TypeError: `recording` is not a tracker or a list of stashes.
-        KeyError: a statistics recording with none of the statistics above.
+        KeyError (`NotRecordedError`): a statistics recording with none of the statistics
+            above, or records that hold no tensor at all (every copy `Unrecorded`).
 
     Example:
         >>> with track(model, stats=True, capture=("inputs", "outputs")) as t:

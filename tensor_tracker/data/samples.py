@@ -298,15 +298,15 @@ def sample_values(
             f"{read.stats.step} holds {batch} samples: pass 0 to {batch - 1}"
         )
     sample %= batch
-    with_positions = [p.shape[1] for p in read.positions if p.shape[1] > 1]
-    if position is not None and with_positions:
-        most = max(with_positions)
-        if not -most <= position < most:
-            raise ArgumentValueError(
-                f"sample_values(position={position}): out of range; the outputs hold at most "
-                f"{most} positions per sample: pass 0 to {most - 1}, or None for each "
-                "channel's largest value"
-            )
+    # Outputs without positions ([batch, channels]) hold one each: position 0 (or -1).
+    most = max((p.shape[1] for p in read.positions), default=1)
+    if position is not None and not -most <= position < most:
+        held = f"{most} positions" if most > 1 else "one position ([batch, channels])"
+        choice = f"0 to {most - 1}" if most > 1 else "0"
+        raise ArgumentValueError(
+            f"sample_values(position={position}): out of range; the outputs hold at most "
+            f"{held} per sample: pass {choice}, or None for each channel's largest value"
+        )
     names_kept, values, shapes = [], [], []
     skipped = dict(read.stats.skipped)
     for name, rows, shape in zip(read.stats.names, read.positions, read.shapes, strict=True):

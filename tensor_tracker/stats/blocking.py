@@ -24,7 +24,7 @@ from torch import Tensor
 from .formats import BLOCK_FORMATS, BlockFormat
 from .kernels import F64, NAN
 from .layout import Derive
-from .spec import BLOCK_NAMES, Blocks
+from .spec import BLOCK_NAMES, Blocks, check_dim
 
 __all__ = ["BlocksFn", "add_block_derivers", "block_empty", "block_items", "block_rules"]
 
@@ -194,10 +194,11 @@ def _dynamic_range(b: _Blocked) -> Tensor:
 class BlocksFn:
     """The raw numbers of one `Blocks` item (see the module docstring)."""
 
-    __slots__ = ("config", "formats", "width")
+    __slots__ = ("argument", "config", "formats", "width")
 
     def __init__(self, config: Blocks) -> None:
         self.config = config
+        self.argument = f"blocks(dim={config.dim})"
         self.formats = _formats(config)
         self.width = len(block_rules(config))
 
@@ -209,7 +210,8 @@ class BlocksFn:
 
     def __call__(self, x: Tensor) -> Tensor:
         """The raw numbers of non-empty `x` (any shape; float32 or wider) as float64 on
-        its device; NaN when `x` has no dimension `config.dim`."""
+        its device; NaN when `x` (0-d or 1-D) has no dimension `config.dim`."""
+        check_dim(self.config.dim, x.shape if x.dim() else (1,), self.argument)
         x = x.to(_F32)
         cut: dict[int, _Blocked | None] = {}
 

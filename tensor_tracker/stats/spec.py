@@ -28,6 +28,7 @@ __all__ = [
     "Statistic",
     "blocks",
     "channel_dim",
+    "check_dim",
     "histogram",
     "parse_items",
     "per_channel",
@@ -302,8 +303,10 @@ def blocks(*stats: str, dim: int = -1, block_size: int | None = None, suffix: st
 
     Rows of the chosen dimension whose length is not a multiple of the block size end with
     a shorter block: it is padded with zeros, which changes neither its maximum nor any
-    count or sum (zeros quantize to zero exactly). A tensor that has no dimension `dim`
-    (a 1-D bias with `dim=1`) gets NaN; a 0-d tensor is one block of one value.
+    count or sum (zeros quantize to zero exactly). A 1-D tensor that has no dimension `dim`
+    (a bias with `dim=1`) gets NaN; a 0-d tensor is one block of one value. A tensor of
+    two or more dimensions without it is refused (`check_dim`): the tracker raises
+    `ArgumentValueError` from its hook, after removing its hooks, keeping what it recorded.
 
     Args:
         *stats: names from `BLOCK_NAMES`, e.g. `"nvfp4_error"`, `"block_dynamic_range"`.
@@ -317,7 +320,8 @@ def blocks(*stats: str, dim: int = -1, block_size: int | None = None, suffix: st
         A `Blocks` to put in a stats spec.
 
     Raises:
-        ValueError: an unknown or repeated name, or a block size below 1.
+        ValueError: an unknown or repeated name, or a block size below 1 (and, when a
+            tensor of 2 or more dimensions arrives, a `dim` it does not have).
         TypeError: `dim` not an int or `suffix` not a str.
 
     Example:
@@ -391,6 +395,29 @@ def channel_dim(ndim: int) -> int:
     return 1 if ndim in (4, 5) else -1
 
 
+def check_dim(dim: int, shape: Sequence[int], argument: str) -> bool:
+    """Whether a tensor of `shape` has dimension `dim`; `False` for a 0-d or 1-D tensor
+    without it (a loss, a bias: recorded as empty or NaN). A tensor of two or more
+    dimensions without it means `dim` fits none of the activations (`per_channel(dim=99)`):
+    refused with `ArgumentValueError` naming `argument` (e.g. `"per_channel(dim=99)"`) and
+    the shape.
+
+    Example:
+        >>> check_dim(1, (8,), "blocks(dim=1)")
+        False
+    """
+    nd = len(shape)
+    if -nd <= dim < nd:
+        return True
+    if nd >= 2:
+        raise ArgumentValueError(
+            f"{argument}: a tensor of shape {tuple(shape)} has no dimension {dim}; pass a "
+            f"dimension from {-nd} to {nd - 1} (0-d and 1-D tensors without it are recorded "
+            "as empty or NaN)"
+        )
+    return False
+
+
 def per_channel(stat: str, dim: int | None = None) -> PerAxis:
     """A statistic per channel: a vector of one number per index of the channel dimension,
     reducing every other dimension, to put in a stats spec.
@@ -413,9 +440,12 @@ def per_channel(stat: str, dim: int | None = None) -> PerAxis:
     smaller batch with `per_sample`) records them all. (Fixing each module's width at its
     first call would leave two bad choices for such a record: raise in the middle of a
     run, or cut and pad the vector into numbers never computed; a length per record costs
-    8 bytes.) A tensor without dimension `dim` (a 0-d scalar, a bias with `dim=1`) or
-    with no values gives an empty vector; a 1-D tensor's entries are each their own
-    channel.
+    8 bytes.) A 0-d or 1-D tensor without dimension `dim` (a scalar loss, a bias with
+    `dim=1`) or a tensor with no values gives an empty vector; a 1-D tensor's entries are
+    each their own channel. A tensor of two or more dimensions without dimension `dim`
+    (`dim=99`) is refused (`check_dim`): the tracker raises `ArgumentValueError` naming
+    the argument and the tensor's shape from its hook, after removing its hooks, keeping
+    what it recorded (as `max_bytes=` does).
 
     Statistics: `abs_max` (largest |x|), `rms` (`sqrt(mean(x**2))`), `mean`, `abs_mean`
     (`mean(|x|)`), each over the values sharing that index. NaN propagates into the
@@ -432,7 +462,8 @@ def per_channel(stat: str, dim: int | None = None) -> PerAxis:
         stats.per_channel("abs_max")]`.
 
     Raises:
-        ArgumentValueError: `stat` is not one of those four.
+        ArgumentValueError: `stat` is not one of those four (and, when a tensor of 2 or
+            more dimensions arrives, a `dim` it does not have).
         ArgumentTypeError: `dim` is not an int or None.
 
     Example:
@@ -464,7 +495,8 @@ def per_sample(stat: str, dim: int = 0) -> PerAxis:
         A `PerAxis` to put in a stats spec.
 
     Raises:
-        ArgumentValueError: `stat` is not one of those four.
+        ArgumentValueError: `stat` is not one of those four (and, when a tensor of 2 or
+            more dimensions arrives, a `dim` it does not have).
         ArgumentTypeError: `dim` is not an int.
 
     Example:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .kernels import F64, compute_dtype
-from .spec import PerAxis, channel_dim
+from .spec import PerAxis, channel_dim, check_dim
 
 __all__ = ["VectorFn", "VectorRows", "vector_items"]
 
@@ -39,12 +39,13 @@ class VectorFn:
         tensor([2., 1.], dtype=torch.float64)
     """
 
-    __slots__ = ("dim", "name", "stat")
+    __slots__ = ("argument", "dim", "name", "stat")
 
     def __init__(self, item: PerAxis) -> None:
         self.stat = item.stat
         self.dim = item.dim
         self.name = item.name
+        self.argument = f"per_{item.axis}(dim={item.dim})"
 
     def __call__(self, tensor: Tensor) -> Tensor:
         x = tensor.detach() if tensor.requires_grad else tensor
@@ -52,7 +53,7 @@ class VectorFn:
             x = x.to_dense()
         nd = x.dim()
         dim = channel_dim(nd) if self.dim is None else self.dim
-        if not -nd <= dim < nd or x.numel() == 0:
+        if not check_dim(dim, x.shape, self.argument) or x.numel() == 0:
             return torch.empty(0, dtype=F64, device=x.device)
         if x.is_complex():
             x = x.abs()

@@ -152,7 +152,9 @@ def live_view(
 
     Raises:
         TypeError: `source` is neither a path nor a streaming tracker.
-        ValueError: an unknown `figure`.
+        ValueError: an unknown `figure`; `source` is a file, or (with `start=False`) a
+            directory that does not exist. With `start=True` the view waits for a run to
+            create it.
 
     Example:
         >>> view = widgets.live_view("runs/today")  # doctest: +SKIP
@@ -176,6 +178,17 @@ def live_view(
     check_number(interval, "live_view(interval=...)", "seconds between reads", low=0, open_low=True)
     check_bool(start, "live_view(start=...)")
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ArgumentValueError(
+            f"live_view(source={str(path)!r}): a file, not a directory: pass the directory "
+            "given to track(..., stream_to=...)"
+        )
+    if not start and not path.exists():
+        # Without the refresh thread nothing would read it again: most likely a typo.
+        raise ArgumentValueError(
+            f"live_view(source={str(path)!r}): no such directory. Pass the directory given "
+            "to track(..., stream_to=...), or start=True to wait for a run to create it"
+        )
     panel = Panel(w)
     status = w.HTML(value="")
     readout = w.HTML(value="")
@@ -189,7 +202,7 @@ def live_view(
     for control in c.values():
         control.layout.display = "none"  # shown once the recording says they can work
     state: dict[str, Any] = {
-        "size": -1,
+        "size": None,  # the first refresh reads (or says what it waits for)
         "thread": None,
         "stop": threading.Event(),
         "frame": None,

@@ -19,7 +19,7 @@ from tensor_tracker.errors import ArgumentTypeError, ArgumentValueError, MemoryB
 
 
 def test_options_are_normalised_once() -> None:
-    options = Options(include=r"^0", capture=("outputs", "inputs"), every={"eval": 3})
+    options = Options(include=r"^0", capture=("outputs", "inputs"), every={"default": 1, "eval": 3})
     assert isinstance(options.include, re.Pattern) and options.include.pattern == "^0"
     assert options.exclude is None
     assert options.capture == frozenset({"outputs", "inputs"})
@@ -44,6 +44,7 @@ def test_options_are_normalised_once() -> None:
         ({"capture": "weights"}, ArgumentValueError, "capture="),
         ({"every": 0}, ArgumentValueError, "every="),
         ({"every": {"eval": 0}}, ArgumentValueError, "every['eval']"),
+        ({"every": {"eval": 3}}, ArgumentValueError, "no 'default' entry"),
         ({"train_only": "yes"}, ArgumentTypeError, "train_only="),
         ({"max_bytes": -1}, ArgumentValueError, "max_bytes="),
         ({"keep_steps": 0}, ArgumentValueError, "keep_steps="),

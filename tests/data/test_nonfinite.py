@@ -13,7 +13,8 @@ from torch import Tensor, nn
 
 from tensor_tracker import NonFinite, Stash, first_nonfinite, track
 from tensor_tracker.core import tracker as tracker_module
-from tensor_tracker.errors import NonFiniteError
+from tensor_tracker.core.records import Unrecorded
+from tensor_tracker.errors import NonFiniteError, NotRecordedError
 from tensor_tracker.stats import Stats, parse
 from tests.helpers import hook_count
 
@@ -202,6 +203,14 @@ def test_a_finite_run_finds_nothing_and_bad_arguments_are_named() -> None:
         model(torch.rand(2, 4))
     with pytest.raises(KeyError, match="min and max, nonfinite, or at least sum"):
         first_nonfinite(std_only)
+
+
+def test_records_holding_no_tensor_are_refused_not_called_finite() -> None:
+    """Issue #35 item 18: copies that all failed (each an Unrecorded) gave None, "no NaN"."""
+    failed = Unrecorded("torch.Tensor", "Torch not compiled with CUDA enabled")
+    with pytest.raises(NotRecordedError, match=r"recording.*holds a tensor.*CUDA"):
+        first_nonfinite([Stash("a", nn.Tanh, False, failed), Stash("b", nn.Tanh, False, 1.0)])
+    assert first_nonfinite([]) is None  # nothing recorded: nothing to find
 
 
 def test_empty_tensors_and_missing_values_are_not_non_finite() -> None:

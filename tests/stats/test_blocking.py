@@ -315,6 +315,9 @@ def test_dtypes_and_shapes() -> None:
     got = S.compute(torch.ones(5), [S.blocks("nvfp4_error", "block_dynamic_range", dim=1)])
     assert all(math.isnan(v) for v in got.to_dict().values())
     assert all(math.isnan(v) for v in S.compute(torch.ones(0, 4), "nvfp4_error").to_dict().values())
+    # ...but a dimension a 2-D tensor lacks is a wrong argument (issue #35 item 18: NaN)
+    with pytest.raises(ArgumentValueError, match=r"blocks\(dim=7\).*\(2, 32\)"):
+        S.compute(torch.ones(2, 32), [S.blocks("nvfp4_error", dim=7)])
     ints = S.compute(torch.arange(64).reshape(2, 32), ["mxfp8_e4m3_error"])
     assert ints.to_dict()["mxfp8_e4m3_error"] > 0  # 33..63 need more than 3 mantissa bits
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from tensor_tracker import stats, track
 from tensor_tracker.errors import ArgumentTypeError, ArgumentValueError, TensorTrackerError
@@ -99,6 +100,25 @@ def test_one_dimension_scalars_empty_and_nan() -> None:
     assert values[0] == 2.0 and math.isnan(values[1])  # NaN stays in its channel
     by_column = with_nan["mean_per_sample"].tolist()  # dim=1: one entry per column
     assert by_column[0] == 1.5 and math.isnan(by_column[1])
+
+
+def test_a_dimension_no_activation_has_is_refused_naming_the_argument_and_shape() -> None:
+    """Issue #35 item 18: per_channel(dim=99) gave empty vectors silently. A tensor of 2+
+    dimensions without `dim` stops tracking from the hook, as max_bytes= does; a 1-D one
+    (a bias) still records its empty vector."""
+    with pytest.raises(ArgumentValueError, match=r"per_sample\(dim=-99\).*\(2, 3\)"):
+        stats.parse([stats.per_sample("rms", dim=-99)])(torch.ones(2, 3))
+    model = nn.Sequential(nn.Flatten(0), nn.Unflatten(0, (3, 4)))
+    x = torch.ones(12)
+    with track(model, stats=[stats.per_channel("rms", dim=2)]) as t:
+        with pytest.raises(ArgumentValueError) as raised:
+            model(x)
+        message = str(raised.value)
+        assert "per_channel(dim=2)" in message and "(3, 4)" in message and "'1'" in message
+        assert [s.name for s in t] == ["0"]  # kept: the 1-D output's empty vector
+        assert t.to_frame()["rms_per_channel"].iloc[0].tolist() == []
+        model(x)  # the hooks are gone: the pass runs, nothing more is recorded
+    assert len(t) == 1
 
 
 def test_stats_object_shows_vectors_in_dict_and_repr() -> None:

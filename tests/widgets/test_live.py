@@ -77,8 +77,14 @@ def test_bad_sources_are_named(tmp_path: Path) -> None:
         widgets.live_view(3)
     with pytest.raises(ValueError, match="figure"):
         widgets.live_view(tmp_path, figure="pie")
-    waiting = widgets.live_view(tmp_path / "nothing yet", start=False)
+    # A directory a run has not created yet: the refresh thread waits for it; read once
+    # only (start=False), it is refused (issue #35 item 18: accepted silently).
+    waiting = widgets.live_view(tmp_path / "nothing yet", interval=60)
+    waiting.stop()
     assert waiting.figure is None and waiting.steps == []
+    assert "nothing yet" in waiting.status.value
+    with pytest.raises(ValueError, match="no such directory"):
+        widgets.live_view(tmp_path / "nothing yet", start=False)
 
 
 class _Block(nn.Module):
