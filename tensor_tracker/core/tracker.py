@@ -520,7 +520,12 @@ class Recorder(CompiledHooks):
     def __getitem__(self, index: str) -> list[Stash]: ...
     def __getitem__(self, index: int | slice | str) -> Stash | list[Stash]:
         """`tracker[i]`: the i-th stash; `tracker[i:j]`: a list of them; `tracker["0.linear"]`:
-        the stashes of the module of that name, in recording order.
+        the stashes of the module of that name, in recording order. A stash's
+        `first_value` is its tensor, forward or gradient (a gradient's `value` is a tuple).
+
+        Example:
+            >>> tracker["0"][-1].first_value.shape  # the last record of module "0"
+            torch.Size([8, 8])
 
         Raises:
             NotRecordedError: (a `KeyError`) no stash of a module of that name; the message
