@@ -163,6 +163,9 @@ class EagerHooks:
         )
         self._step = 0  # the step's number, as records carry it; see Recorder.step
         self._step_count = 0  # steps so far, whatever their numbers
+        self._keep_steps = options.keep_steps
+        # keep_steps=: set by step(), cleared by the next step's first record (`_make_room`).
+        self._room_pending = False
         self._registrations: list[Registration] = []
         self._loose: Registration | None = None  # see _stash_named
         self._recorded = False  # whether a hook recorded anything in the current block
@@ -215,6 +218,8 @@ class EagerHooks:
         """Keep `value` as record (`site`, `call`, `step`, `flags`); with `TUPLE` in `flags`,
         `value` is the one gradient of a 1-tuple."""
         self._recorded = True  # see __exit__
+        if self._room_pending and step == self._step:
+            self._make_room()
         if self._nonfinite is not None and flags & GRAD:
             task = graph_task_id()
             if task != self._watched_task:
@@ -261,6 +266,17 @@ class EagerHooks:
             budget.count(columns, site, flags, value_nbytes(kept, budget.counted))
         self._pending_copies = self._non_blocking
         columns.add_object(site, call, step, flags, kept)
+
+    def _make_room(self) -> None:
+        """`keep_steps=`: drop the oldest steps when the first record of a new step comes,
+        not at `step()`, so that the kept steps are the last ones that recorded anything (a
+        loop ending in `step()` opens a step that records nothing) and never more than
+        `keep_steps` of them are held. A late gradient of the step before does not count."""
+        self._room_pending = False
+        assert self._keep_steps is not None
+        self.stashes.keep_recent_steps(self._keep_steps - 1)
+        if self._budget is not None:
+            self._budget.recount(self.stashes)
 
     def _site(self, reg: Registration, kind: Kind, attr: str) -> int:
         """The `Columns` site of (`reg`, `kind`, `attr`), resolved once."""

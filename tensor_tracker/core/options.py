@@ -73,10 +73,13 @@ class Options:
         train_only: record only while modules are in training mode.
         max_bytes: raise `MemoryBudgetError` (after removing the hooks, keeping what was
             stashed) instead of letting the stashes grow past this many bytes.
-        keep_steps: keep only the records of the current step and the `keep_steps - 1`
-            before it (older ones are dropped at each `step()`): a flight recorder of full
-            copies, bounded in memory, e.g. beside a `stats=` tracker with
-            `on_nonfinite="raise"`. Not with `stats=` (statistics are cheap to keep).
+        keep_steps: keep only the records of the last `keep_steps` steps that recorded
+            anything (the oldest is dropped when the first record of a new step comes, so
+            no more than `keep_steps` steps are ever held, and after a loop ending in
+            `step()` the last `keep_steps` steps of the loop are there): a flight
+            recorder of full copies, bounded in memory, e.g. beside a `stats=` tracker
+            with `on_nonfinite="raise"`. Not with `stats=` (statistics are cheap to
+            keep).
 
     Example:
         >>> options = Options(capture=["outputs", "params"], every={"default": 10, "eval": 2})

@@ -71,7 +71,8 @@ class Stash:
         type: the module's class.
         grad: `True` when `value` holds gradients.
         value: what was kept, e.g. a CPU copy of the output, or its `Stats` with `stats=True`.
-            A gradient stash's value is a tuple with one entry per tensor of the output.
+            A gradient stash's value is a tuple with one entry per tensor of the output:
+            read `first_value` for the tensor in both directions.
         call: which call of this module in its step (modules can run several times per step).
         step: the tracker's step (see `Tracker.step`).
         kind: `"output"`, `"input"`, `"param"` or `"optimizer"`.
@@ -97,7 +98,18 @@ class Stash:
     @property
     def first_value(self) -> Any:
         """The value with tuples and lists unwrapped: while it is a non-empty tuple or list,
-        take its first element. Dicts are not unwrapped."""
+        take its first element. Dicts are not unwrapped.
+
+        This is "the tensor" of a record whichever its direction: a forward record of a
+        module that returns a tensor holds that tensor, while a gradient record's `value`
+        is always a tuple (one entry per tensor of the output), so `value` differs and
+        `first_value` does not. With `stats=`, it is the tensor's `Stats`.
+
+        Example:
+            >>> forward, gradient = tracker["0"]  # one Linear's output and its gradient
+            >>> type(gradient.value), gradient.first_value.shape == forward.first_value.shape
+            (<class 'tuple'>, True)
+        """
         return first_value(self.value)
 
 

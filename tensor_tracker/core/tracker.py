@@ -175,7 +175,6 @@ class Recorder(CompiledHooks):
                 "keep_steps= keeps the full copies of the last steps (a flight recorder); "
                 "with stats= every step's statistics are kept anyway: drop one of them"
             )
-        self._keep_steps = options.keep_steps
         self._optimizer = options.optimizer
         every = options.every
         self._every_default = options.every_of("default")
@@ -387,9 +386,7 @@ class Recorder(CompiledHooks):
             self._drop_step()
         if self._flush is not None:
             self._flush(False)
-        if self._keep_steps is not None:
-            self.stashes.keep_recent_steps(self._keep_steps - 1)
-            self._recount()
+        self._room_pending = self._keep_steps is not None  # see _make_room
         # A gradient may still come after step(), for the calls of the step ending now.
         self._awaiting = {
             key: kept
@@ -523,7 +520,12 @@ class Recorder(CompiledHooks):
     def __getitem__(self, index: str) -> list[Stash]: ...
     def __getitem__(self, index: int | slice | str) -> Stash | list[Stash]:
         """`tracker[i]`: the i-th stash; `tracker[i:j]`: a list of them; `tracker["0.linear"]`:
-        the stashes of the module of that name, in recording order.
+        the stashes of the module of that name, in recording order. A stash's
+        `first_value` is its tensor, forward or gradient (a gradient's `value` is a tuple).
+
+        Example:
+            >>> tracker["0"][-1].first_value.shape  # the last record of module "0"
+            torch.Size([8, 8])
 
         Raises:
             NotRecordedError: (a `KeyError`) no stash of a module of that name; the message
@@ -607,7 +609,7 @@ class Recorder(CompiledHooks):
         if self._depth:
             return
         resume = (self._registrations, self._compiled)
-        # Not len(self.stashes): clear() and keep_steps= drop records made in the block.
+        # Not len(self.stashes): clear() drops records made in the block.
         silent = self._attached and not self._recorded
         unregistered = self._unregistered
         self.unregister()

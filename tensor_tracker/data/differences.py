@@ -108,7 +108,11 @@ def _bits_equal(a: Tensor, b: Tensor) -> bool:
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.is_floating_point() or a.is_complex():
-        return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+        return bool(
+            torch.equal(
+                a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)
+            )
+        )
     return bool(torch.equal(a, b))
 
 

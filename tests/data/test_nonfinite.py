@@ -446,6 +446,18 @@ def test_a_flight_recorder_keeps_the_steps_that_led_to_the_tripwire() -> None:
     assert hook_count(model) == 0 and len(t) > 0
 
 
+def test_keep_steps_keeps_the_last_steps_of_a_loop_ending_in_step() -> None:
+    model = _model(nn.Tanh())
+    held = []
+    with track(model, keep_steps=3) as flight:
+        for _ in range(10):
+            model(torch.rand(2, 4)).sum().backward()
+            held.append({s.step for s in flight})
+            flight.step()  # opens step 10, which records nothing
+    assert {s.step for s in flight} == {7, 8, 9}
+    assert held[-1] == {7, 8, 9} and max(len(steps) for steps in held) == 3
+
+
 def test_keep_recent_steps_rebases_object_references() -> None:
     from tensor_tracker.core.columns import Columns
 
@@ -483,19 +495,20 @@ def test_keep_steps_frees_its_share_of_max_bytes() -> None:
         for _ in range(4):
             model(x).sum().backward()
             t.step()
-    assert len(t) == 0 and t.nbytes == 0  # the last step() dropped the step before it
+    # The last step's copies are held; the one before went when the next one recorded.
+    assert {s.step for s in t} == {3} and t.nbytes == one_step
 
 
 def test_a_block_whose_records_were_dropped_does_not_warn(monkeypatch: pytest.MonkeyPatch) -> None:
     # The "nothing was recorded" warning (for compiled models) looks at what the hooks did,
-    # not at what is left after keep_steps= or clear() dropped it.
+    # not at what is left after clear() dropped it.
     monkeypatch.setattr(tracker_module, "dynamo_has_compiled_code", lambda: True)
     model = _model(nn.Tanh())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with track(model, keep_steps=1) as t:
+        with track(model) as t:
             model(torch.rand(2, 4)).sum().backward()
-            t.step()
+            t.clear()
     assert len(t) == 0
     with pytest.warns(RuntimeWarning, match="nothing was recorded"), track(model):
         pass
