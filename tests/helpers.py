@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
 
 import pytest
 import torch
@@ -87,3 +91,50 @@ def spawn(worker: Callable[[int, int, str], None], nprocs: int, out: Path, timeo
         for process in context.processes:
             if process.is_alive():
                 process.terminate()
+
+
+def lines_run(function: Callable[..., Any], action: Callable[[], Any]) -> list[int]:
+    """The lines of `function` that run while `action()` runs, in order, each once: where
+    `interrupt_at` can interrupt it."""
+    code = function.__code__
+    lines: dict[int, None] = {}
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            lines[frame.f_lineno] = None
+        return local
+
+    before = sys.gettrace()
+    sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
+    try:
+        action()
+    finally:
+        sys.settrace(before)
+    return list(lines)
+
+
+@contextlib.contextmanager
+def interrupt_at(function: Callable[..., Any], line: int, hit: int = 1) -> Iterator[None]:
+    """Raise `KeyboardInterrupt` in `function` just before line `line` runs for the
+    `hit`-th time, as a Ctrl-C landing there would (a trace function that raises: the
+    exception goes to the traced frame, and tracing stops)."""
+    code: CodeType = function.__code__
+    seen = 0
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal seen
+        if event == "line" and frame.f_lineno == line:
+            seen += 1
+            if seen == hit:
+                raise KeyboardInterrupt
+        return local
+
+    def calls(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    before = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        yield
+    finally:
+        sys.settrace(before)
