@@ -114,26 +114,27 @@ def lines_run(function: Callable[..., Any], action: Callable[[], Any]) -> list[i
 
 
 @contextlib.contextmanager
-def interrupt_at(function: Callable[..., Any], line: int, hit: int = 1) -> Iterator[None]:
-    """Raise `KeyboardInterrupt` in `function` just before line `line` runs for the
-    `hit`-th time, as a Ctrl-C landing there would (a trace function that raises: the
-    exception goes to the traced frame, and tracing stops)."""
+def interrupt_at(function: Callable[..., Any], line: int, call: int = 1) -> Iterator[None]:
+    """Raise `KeyboardInterrupt` in the `call`-th call of `function` (counted from now)
+    just before its line `line` runs, as a Ctrl-C landing there would (a trace function
+    that raises: the exception goes to the traced frame, and tracing stops)."""
     code: CodeType = function.__code__
-    seen = 0
+    calls = 0
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal seen
-        if event == "line" and frame.f_lineno == line:
-            seen += 1
-            if seen == hit:
-                raise KeyboardInterrupt
+        if event == "line" and frame.f_lineno == line and calls == call:
+            raise KeyboardInterrupt
         return local
 
-    def calls(frame: FrameType, event: str, arg: Any) -> Any:
-        return local if frame.f_code is code else None
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal calls
+        if frame.f_code is not code:
+            return None
+        calls += 1
+        return local
 
     before = sys.gettrace()
-    sys.settrace(calls)
+    sys.settrace(tracer)
     try:
         yield
     finally:
