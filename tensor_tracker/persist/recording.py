@@ -25,8 +25,8 @@ Format (`FORMAT`, version `VERSION` = 2), a directory holding:
     "size", "crc"}}``, and ``"partial": [step, ...]`` when the commit holds steps that an
     exception (a Ctrl-C) cut short: their records are those made before it (`load` gives
     them as `Tracker.partial_steps`; a reader that does not know the key ignores it, and
-    a commit without such steps has no key); each block is ``{"file", "at", "size", "raw", "zstd", "crc"}``: the
-    bytes ``[at, at + size)`` of ``file`` (CRC32 ``crc``), zstd-compressed when ``zstd``
+    a commit without such steps has no key); each block is ``{"file", "at", "size",
+    "raw", "zstd", "crc"}``: the bytes ``[at, at + size)`` of ``file`` (CRC32 ``crc``), zstd-compressed when ``zstd``
     (then ``raw`` bytes once decompressed, at most 64 times ``size`` plus 64 KiB: a block
     that compresses better is stored uncompressed), each one an Arrow IPC stream of one
     record batch whose schema metadata holds ``tensor_tracker.run``. Blocks of a file
