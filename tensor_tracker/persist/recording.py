@@ -26,11 +26,11 @@ Format (`FORMAT`, version `VERSION` = 2), a directory holding:
     exception (a Ctrl-C) cut short: their records are those made before it (`load` gives
     them as `Tracker.partial_steps`; a reader that does not know the key ignores it, and
     a commit without such steps has no key); each block is ``{"file", "at", "size",
-    "raw", "zstd", "crc"}``: the bytes ``[at, at + size)`` of ``file`` (CRC32 ``crc``), zstd-compressed when ``zstd``
-    (then ``raw`` bytes once decompressed, at most 64 times ``size`` plus 64 KiB: a block
-    that compresses better is stored uncompressed), each one an Arrow IPC stream of one
-    record batch whose schema metadata holds ``tensor_tracker.run``. Blocks of a file
-    follow each other with no gap.
+    "raw", "zstd", "crc"}``: the bytes ``[at, at + size)`` of ``file`` (CRC32 ``crc``),
+    zstd-compressed when ``zstd`` (then ``raw`` bytes once decompressed, at most 64 times
+    ``size`` plus 64 KiB: a block that compresses better is stored uncompressed), each
+    one an Arrow IPC stream of one record batch whose schema metadata holds
+    ``tensor_tracker.run``. Blocks of a file follow each other with no gap.
 ``sites.blocks``
     ``(site int32, name, type, kind, attr)`` rows: one per module part, in order of
     ``site`` (0, 1, ...), committed with the first record that uses it. ``type`` is the
