@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -282,7 +283,7 @@ class Tracker(Recorder):
         existed = Path(path).exists()
         writer = RecordingWriter(path, spec_of(self.stashes))
         try:
-            writer.write(self.stashes, self.logged)
+            writer.write(self.stashes, self.logged, self.partial_steps)
         except BaseException:
             writer.close()
             if not existed:  # leave nothing half-written behind
@@ -307,7 +308,7 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     caches as dicts, other pytree nodes as lists, namedtuples as tuples. Its `complete` is
     `False` while a writer is still appending, or when the writer stopped without closing
     the recording (killed, crashed): the whole steps it committed are read, with one
-    warning.
+    warning. Its `partial_steps` lists the steps an exception (a Ctrl-C) cut short.
 
     A run directory that several ranks streamed to (`track(..., stream_to=path)` under
     `torch.distributed` writes one recording per rank, `path/rank-N`) is read whole: the
@@ -350,12 +351,14 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
         )
         tracker.world_size = len(parts)
         tracker.complete = all(rec.complete for _, rec in recordings)
+        tracker.partial_steps = sorted({s for _, rec in recordings for s in rec.partial})
         return tracker
     recording = read_recording(path, recover=recover)
     tracker = Tracker(get_stash_fn(recording.stats) if recording.stats is not None else None)
     tracker.stashes = recording.columns
     tracker.logged = recording.log
     tracker.complete = recording.complete
+    tracker.partial_steps = recording.partial
     return tracker
 
 
@@ -550,7 +553,10 @@ def track(
             `torch.distributed` (initialised before `track` is called), each rank writes
             its own recording, `stream_to/rank-N`, and `load(stream_to)` reads them all.
             Each step is written whole or not at all: a process killed (or a Ctrl-C)
-            mid-write loses only the step being written, and `load` says so.
+            mid-write loses only the step being written, and `load` says so; a step an
+            exception cut short (the block ended before `step()`) is written as far as
+            it went and listed in `partial_steps`. The end of each `with` block closes
+            the recording's files and releases it (`with t:` again appends).
         on_disk_full: what a write error of `stream_to=` (a full disk) does. `"raise"`
             (the default): `step()` raises one `RecordingError` naming the directory and
             its free space, after closing the recording with every step written before
@@ -626,10 +632,14 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -
         path = Path(path) / f"rank-{tracker.rank}"
     writer = RecordingWriter(path, spec_of(tracker.stashes))
     stopped = False
+    # Weakly: the tracker holds `flush`, and a cycle would keep both (and the writer's
+    # files) until a garbage collection.
+    recorder = weakref.ref(tracker)
 
     def flush(block_ended: bool) -> None:
         nonlocal stopped
-        if writer.closed and not stopped:
+        tracker = recorder()
+        if tracker is None or (writer.closed and not stopped):
             return  # a write error closed it and raised: the records stay in memory
         if stopped:  # after a full disk under on_disk_full="warn": nothing more is kept
             tracker.clear()
@@ -637,8 +647,9 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -
             return
         tracker._sync()
         before = writer.commits
+        written = late = 0
         try:
-            writer.write(tracker.stashes, tracker.logged)
+            written = writer.write(tracker.stashes, tracker.logged, tracker.partial_steps)
         except RecordingError as error:
             if on_disk_full == "raise":
                 raise
@@ -650,10 +661,19 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -
             # Also when a KeyboardInterrupt came after the step's commit landed: what is on
             # disk is dropped from memory, so the step is never written twice.
             if writer.commits != before or stopped:
+                late = len(tracker.stashes) - written  # recorded during the write
                 tracker.clear()  # on disk now: memory stays flat however long the run
                 tracker.logged.clear()
+        if late > 0:
+            warnings.warn(
+                f"tensor_tracker: {late} record(s) made by another "
+                f"thread while step {tracker._step} was written to {path} were dropped: call "
+                "step() between the model's passes, not during them",
+                RuntimeWarning,
+                3,
+            )
         if block_ended:
-            writer.pause()
+            writer.pause()  # the recording complete and closed until a `with` block writes
 
     tracker.on_flush(flush, Path(path))
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
 
 import pytest
 import torch
@@ -87,3 +91,51 @@ def spawn(worker: Callable[[int, int, str], None], nprocs: int, out: Path, timeo
         for process in context.processes:
             if process.is_alive():
                 process.terminate()
+
+
+def lines_run(function: Callable[..., Any], action: Callable[[], Any]) -> list[int]:
+    """The lines of `function` that run while `action()` runs, in order, each once: where
+    `interrupt_at` can interrupt it."""
+    code = function.__code__
+    lines: dict[int, None] = {}
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            lines[frame.f_lineno] = None
+        return local
+
+    before = sys.gettrace()
+    sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
+    try:
+        action()
+    finally:
+        sys.settrace(before)
+    return list(lines)
+
+
+@contextlib.contextmanager
+def interrupt_at(function: Callable[..., Any], line: int, call: int = 1) -> Iterator[None]:
+    """Raise `KeyboardInterrupt` in the `call`-th call of `function` (counted from now)
+    just before its line `line` runs, as a Ctrl-C landing there would (a trace function
+    that raises: the exception goes to the traced frame, and tracing stops)."""
+    code: CodeType = function.__code__
+    calls = 0
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == line and calls == call:
+            raise KeyboardInterrupt
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal calls
+        if frame.f_code is not code:
+            return None
+        calls += 1
+        return local
+
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        yield
+    finally:
+        sys.settrace(before)

@@ -130,20 +130,28 @@ class Columns(MutableSequence[Stash]):
         site = Site(name, cls, kind, attr)
         index = self._site_ids.get(site)
         if index is None:
-            index = self._site_ids[site] = len(self.sites)
+            # In this order, an interrupt in between leaves a site no row uses, harmless.
+            index = len(self.sites)
             self.sites.append(site)
+            self._site_ids[site] = index
         return index
 
     def add(self, site: int, call: int, step: int, flags: int, ref: int) -> None:
-        """Append one record."""
-        if step != self._last_step:
-            self._last_step = step
-            self.step_rows.append(len(self.ref))
-            self.step_values.append(step)
-        self.site.append(site)
-        self.call.append(call)
-        self.flags.append(flags)
-        self.ref.append(ref)
+        """Append one record, whole or not at all: an exception between two column appends
+        (a Ctrl-C) takes the row back out before it propagates."""
+        n = len(self.ref)
+        try:  # free until something raises (Python >= 3.11)
+            if step != self._last_step:
+                self.step_rows.append(n)
+                self.step_values.append(step)
+                self._last_step = step
+            self.site.append(site)
+            self.call.append(call)
+            self.flags.append(flags)
+            self.ref.append(ref)
+        except BaseException:
+            self._cut(n)
+            raise
 
     def add_rows(self, site: Any, call: Any, step: Any, flags: Any, ref: Any) -> None:
         """Append many records at once from numpy arrays (what loading a recording does):
@@ -164,9 +172,17 @@ class Columns(MutableSequence[Stash]):
         self.ref.frombytes(ref.astype("int32").tobytes())
 
     def add_object(self, site: int, call: int, step: int, flags: int, value: Any) -> None:
-        """Append one record whose value is kept as a Python object."""
-        self.add(site, call, step, flags | OBJECT, len(self.objects))
-        self.objects.append(value)
+        """Append one record whose value is kept as a Python object (whole or not at all)."""
+        self._add_object(site, call, step, flags | OBJECT, value)
+
+    def _add_object(self, site: int, call: int, step: int, flags: int, value: Any) -> None:
+        index = len(self.objects)
+        try:
+            self.objects.append(value)
+            self.add(site, call, step, flags, index)
+        except BaseException:
+            del self.objects[index:]
+            raise
 
     # -- reading -----------------------------------------------------------------------
 
@@ -295,8 +311,7 @@ class Columns(MutableSequence[Stash]):
 
     def append(self, value: Stash) -> None:
         """Append a `Stash` object (kept as it is)."""
-        self.add(-1, value.call, value.step, STASH, len(self.objects))
-        self.objects.append(value)
+        self._add_object(-1, value.call, value.step, STASH, value)
 
     def extend(self, values: Iterable[Stash]) -> None:
         """Append each `Stash` of `values`."""
@@ -389,13 +404,17 @@ class Columns(MutableSequence[Stash]):
             truncate = getattr(self.store, "truncate", None)
             assert callable(truncate)
             truncate(stored)
+        self._cut(first)
+        self._views = weakref.WeakValueDictionary()
+
+    def _cut(self, first: int) -> None:
+        """Cut every column back to `first` rows (the values they refer to stay)."""
         for column in (self.site, self.call, self.flags, self.ref):
             del column[first:]
-        while self.step_rows and self.step_rows[-1] >= first:
-            self.step_rows.pop()
-            self.step_values.pop()
+        # By position, not in pairs: `add` may have been cut between its two appends.
+        runs = bisect.bisect_left(self.step_rows, first)
+        del self.step_rows[runs:], self.step_values[runs:]
         self._last_step = self.step_values[-1] if self.step_values else None
-        self._views = weakref.WeakValueDictionary()
 
     def clear(self) -> None:
         """Drop every record (and the values they hold)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -192,6 +193,15 @@ class Recorder(CompiledHooks):
         self._unregistered = False
         self.logged: list[LogEntry] = []
         """Scalars and notes made with `log` and `note`, in order."""
+        self.partial_steps: list[int] = []
+        """The steps an exception (a Ctrl-C, an error in the model) cut short: the `with`
+        block ended during the step, before `step()` ended it; its records are those made
+        before the exception. Kept by `save` and `stream_to=`, read back by `load`."""
+        # `step`, `log`, `note` and the end of a block take turns, so that threads calling
+        # them (a logging thread) never write a step twice or lose an entry. The hooks do
+        # not take it: see `step`.
+        self._lock = threading.RLock()
+        self._ending: int | None = None  # the step `step()` is ending, until it has
         # See `on_flush`.
         self._flush: Callable[[bool], None] | None = None
         self.stream_path: Any = None
@@ -336,7 +346,8 @@ class Recorder(CompiledHooks):
         else:
             check_type(value, (int, float), "log(name, value): value", "a number or a tensor")
             value = float(value)
-        self.logged.append(LogEntry(self._step, name, value, None))
+        with self._lock:
+            self.logged.append(LogEntry(self._step, name, value, None))
 
     def note(self, text: str) -> None:
         """Write a note for the current step (e.g. "lr halved"); saved with the recording.
@@ -345,7 +356,8 @@ class Recorder(CompiledHooks):
             >>> t.note("switched to the long sequences")
         """
         check_type(text, str, "note(text)", "a str")
-        self.logged.append(LogEntry(self._step, None, math.nan, text))
+        with self._lock:
+            self.logged.append(LogEntry(self._step, None, math.nan, text))
 
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
@@ -357,6 +369,12 @@ class Recorder(CompiledHooks):
         """Advance to the next step (or to step `n`, for an x-axis of your choice such as
         epochs or tokens seen). Later stashes carry the new `step`; call indices restart.
         With `every=N`, hooks are attached only during every N-th step.
+
+        `step`, `log` and `note` may be called from several threads (a logging thread, a
+        callback): they take turns, and with `stream_to=` each step is written once, whole.
+        The model's hooks record from whichever thread runs it; a record made in another
+        thread while `step()` writes the step to disk is dropped, with a warning: call
+        `step()` between the model's passes.
 
         Args:
             n: the number of the next step (default: this one's plus 1), >= 0.
@@ -381,31 +399,42 @@ class Recorder(CompiledHooks):
         if not kind:
             raise ArgumentValueError('step(kind=...) must be a non-empty str, got ""')
         check_bool(keep, "step(keep=...)")
-        self._check_nonfinite()  # forward-only loops have no end of backward
-        if not keep:
-            self._drop_step()
-        if self._flush is not None:
-            self._flush(False)
-        self._room_pending = self._keep_steps is not None  # see _make_room
-        # A gradient may still come after step(), for the calls of the step ending now.
-        self._awaiting = {
-            key: kept
-            for key, awaiting in self._awaiting.items()
-            if (kept := [a for a in awaiting if a.step == self._step])
-        }
-        self._step = self._step + 1 if n is None else n
-        self._step_count += 1
-        self._kind = kind
-        self._kind_index = self._kind_counts.get(kind, 0)
-        self._kind_counts[kind] = self._kind_index + 1
-        if kind != "default":
-            self.step_kinds[self._step] = kind
-        for registration in self._registrations:
-            registration.calls = 0
-        if self.recording and not self._attached:
-            self._attach_all()
-        elif not self.recording:
-            self._detach()
+        with self._lock:
+            self._ending = self._step  # an exception from here on: the step was whole
+            self._check_nonfinite()  # forward-only loops have no end of backward
+            if not keep:
+                self._drop_step()
+            if self._flush is not None:
+                self._flush(False)
+            self._room_pending = self._keep_steps is not None  # see _make_room
+            # A gradient may still come after step(), for the calls of the step ending now.
+            self._awaiting = {
+                key: kept
+                for key, awaiting in self._awaiting.items()
+                if (kept := [a for a in awaiting if a.step == self._step])
+            }
+            self._step = self._step + 1 if n is None else n
+            self._step_count += 1
+            self._kind = kind
+            self._kind_index = self._kind_counts.get(kind, 0)
+            self._kind_counts[kind] = self._kind_index + 1
+            if kind != "default":
+                self.step_kinds[self._step] = kind
+            for registration in self._registrations:
+                registration.calls = 0
+            if self.recording and not self._attached:
+                self._attach_all()
+            elif not self.recording:
+                self._detach()
+            self._ending = None
+
+    def _mark_partial(self) -> None:
+        """Add the current step to `partial_steps` when it recorded anything."""
+        step, columns = self._step, self.stashes
+        recorded = bool(columns.step_values) and columns.step_values[-1] == step
+        logged = any(e.step == step for e in self.logged)
+        if (recorded or logged) and step not in self.partial_steps:
+            self.partial_steps.append(step)
 
     def _drop_step(self) -> None:
         """Drop the records of the current step (`step(keep=False)`)."""
@@ -612,9 +641,13 @@ class Recorder(CompiledHooks):
         # Not len(self.stashes): clear() drops records made in the block.
         silent = self._attached and not self._recorded
         unregistered = self._unregistered
-        self.unregister()
-        if self._flush is not None:
-            self._flush(True)
+        with self._lock:
+            if exc_type is not None and self._ending != self._step:
+                self._mark_partial()
+            self._ending = None
+            self.unregister()
+            if self._flush is not None:
+                self._flush(True)
         self._unregistered = unregistered  # by unregister() or MemoryBudgetError in the block
         if resume[0]:
             self._resume = resume

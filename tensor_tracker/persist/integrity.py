@@ -148,6 +148,34 @@ class AppendFile:
         )
         self.committed = 0
 
+    @classmethod
+    def reopen(cls, path: Path, committed: int) -> AppendFile:
+        """The file `path` appended to before, open again after its first `committed`
+        bytes (what follows them was never committed: it is cut off).
+
+        Raises:
+            RecordingError: `path` is gone, is no regular file, or is shorter than that.
+        """
+        file = cls.__new__(cls)
+        file.path, file.committed = path, committed
+        try:
+            file._fd = os.open(path, os.O_WRONLY | _NOFOLLOW)
+        except OSError as error:
+            raise RecordingError(f"{path} cannot be opened again ({error})") from error
+        try:
+            info = os.fstat(file._fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size < committed:
+                raise RecordingError(
+                    f"{path} changed while its writer was paused (it holds {info.st_size} "
+                    f"bytes of the {committed} committed); nothing more is written to it"
+                )
+            os.ftruncate(file._fd, committed)
+            os.lseek(file._fd, committed, os.SEEK_SET)
+        except BaseException:
+            file.close()
+            raise
+        return file
+
     def append(self, data: bytes | memoryview) -> None:
         """Write all of `data` at the end."""
         assert self._fd is not None

@@ -22,12 +22,15 @@ Format (`FORMAT`, version `VERSION` = 2), a directory holding:
 ``journal``
     One line per commit: the CRC32 of the line's JSON as 8 hex digits, a space, the JSON,
     a newline. The JSON is ``{"run", "seq", "blocks": [...], "tensors": null or {"name",
-    "size", "crc"}}``; each block is ``{"file", "at", "size", "raw", "zstd", "crc"}``: the
-    bytes ``[at, at + size)`` of ``file`` (CRC32 ``crc``), zstd-compressed when ``zstd``
-    (then ``raw`` bytes once decompressed, at most 64 times ``size`` plus 64 KiB: a block
-    that compresses better is stored uncompressed), each one an Arrow IPC stream of one
-    record batch whose schema metadata holds ``tensor_tracker.run``. Blocks of a file
-    follow each other with no gap.
+    "size", "crc"}}``, and ``"partial": [step, ...]`` when the commit holds steps that an
+    exception (a Ctrl-C) cut short: their records are those made before it (`load` gives
+    them as `Tracker.partial_steps`; a reader that does not know the key ignores it, and
+    a commit without such steps has no key); each block is ``{"file", "at", "size",
+    "raw", "zstd", "crc"}``: the bytes ``[at, at + size)`` of ``file`` (CRC32 ``crc``),
+    zstd-compressed when ``zstd`` (then ``raw`` bytes once decompressed, at most 64 times
+    ``size`` plus 64 KiB: a block that compresses better is stored uncompressed), each
+    one an Arrow IPC stream of one record batch whose schema metadata holds
+    ``tensor_tracker.run``. Blocks of a file follow each other with no gap.
 ``sites.blocks``
     ``(site int32, name, type, kind, attr)`` rows: one per module part, in order of
     ``site`` (0, 1, ...), committed with the first record that uses it. ``type`` is the
@@ -59,7 +62,10 @@ Writing: each `RecordingWriter.write` (one step of a streaming tracker: its reco
 sites and log entries) appends its blocks, then its tensors file, then its journal line,
 the commit. Until that line is whole on disk the step does not exist for a reader. An
 exception in between (`KeyboardInterrupt` too) cuts every file back to the last commit
-before it propagates, so a step is written whole or not at all. A full disk
+before it propagates, so a step is written whole or not at all. `RecordingWriter.pause`
+(the end of a `with` block) marks the recording complete, closes its files and releases
+the lock; the next `write` claims the lock again and appends after the last commit. A
+writer's methods may be called from several threads: they take turns. A full disk
 (``ENOSPC``) does the same, then closes the recording (which stays loadable) and raises
 one `RecordingError` naming the directory and its free space.
 
@@ -94,6 +100,7 @@ import os
 import re
 import shutil
 import socket
+import threading
 import uuid
 import warnings
 import weakref
@@ -179,8 +186,10 @@ class RecordingWriter:
         stats: the statistics `Layout` spec of the records (`None` without `stats=`).
 
     Call `write(columns, log)` with the records and log entries to append (one commit;
-    they stay where they are), `pause()` at the end of a `with` block and `close()` at the
-    end (marks the recording complete, releases the directory).
+    they stay where they are), `pause()` at the end of a `with` block (marks the recording
+    complete, closes its files and releases the directory until the next `write`) and
+    `close()` at the end (the same, for good). Its methods may be called from several
+    threads: they take turns.
 
     Raises:
         ArgumentValueError: `path` holds a recording or another writer is writing it.
@@ -192,6 +201,8 @@ class RecordingWriter:
         self.path = Path(path)
         self._lock = WriterLock(self.path)  # before anything is read or written
         self._open: dict[str, AppendFile] = {}
+        self._turns = threading.RLock()
+        self._paused: dict[str, int] | None = None  # while paused: each file's length
         try:
             if os.path.lexists(self.path / META):
                 raise ArgumentValueError(
@@ -217,9 +228,12 @@ class RecordingWriter:
             raise
         self.closed = False
         """Whether `close` was called (or a write error closed the recording)."""
-        # A streaming tracker keeps its writer open between `with` blocks (each block's end
-        # only pauses it); the files are closed when the writer goes, if not before.
-        self._release = weakref.finalize(self, _close_files, self._open, self._lock)
+        self._release = self._when_dropped()
+
+    def _when_dropped(self) -> weakref.finalize[Any, Any]:
+        # Only for a writer dropped while open (a tracker used without a `with` block):
+        # `pause` and `close` release everything themselves, and detach it.
+        return weakref.finalize(self, _close_files, self._open, self._lock)
 
     def _write_meta(self, complete: bool) -> None:
         try:
@@ -253,8 +267,13 @@ class RecordingWriter:
             file = self._open[name] = AppendFile(self.path / name)
         return file
 
-    def write(self, columns: Columns, log: Sequence[LogEntry] = ()) -> None:
-        """Append every record of `columns` and the entries of `log` as one commit.
+    def write(
+        self, columns: Columns, log: Sequence[LogEntry] = (), partial: Sequence[int] = ()
+    ) -> int:
+        """Append every record of `columns` and the entries of `log` as one commit, with
+        those of the steps `partial` that it holds marked partial (cut short by an
+        exception); return how many records it wrote (the rows `columns` had when it
+        started).
 
         Raises:
             RecordingError: the disk is full or another write error (the message names the
@@ -263,10 +282,15 @@ class RecordingWriter:
             ArgumentValueError: a record holds a value that cannot be saved without pickle
                 (nothing of this call is written).
         """
+        with self._turns:
+            return self._write(columns, list(log), partial)
+
+    def _write(self, columns: Columns, log: list[LogEntry], partial: Sequence[int]) -> int:
         pa = _require_arrow()
         if self.closed:
             raise RecordingError(f"{self.path}: this recording was closed; nothing is written")
         blocks: list[tuple[str, Any]] = []
+        # The rows there now: one another thread appends meanwhile waits for the next write.
         n = len(columns)
         sites_now = self._sites_written
         tensors: dict[str, Tensor] = {}
@@ -279,23 +303,29 @@ class RecordingWriter:
                     stash: Stash = columns.objects[columns.ref[row]]
                     site = Site(stash.name, stash.type, stash.kind, stash.attr)
                     site_of[row] = columns.site_id(*site)
-            if len(columns.sites) > sites_now:
-                blocks.append((SITES, self._sites_batch(pa, columns.sites[sites_now:])))
+            sites = list(columns.sites)  # those of the n rows, at least
+            if len(sites) > sites_now:
+                blocks.append((SITES, self._sites_batch(pa, sites[sites_now:])))
             encoder = Encoder(f"{self.commits}.")
-            blocks.append((RECORDS, self._records_batch(pa, columns, site_of, encoder)))
+            blocks.append((RECORDS, self._records_batch(pa, columns, n, site_of, encoder)))
             tensors = encoder.tensors
-            sites_now = len(columns.sites)
+            sites_now = len(sites)
         if log:
             blocks.append((LOG, self._log_batch(pa, log)))
         if not blocks:
-            return
+            return n
+        steps = {*columns.step_values, *(e.step for e in log)}
+        cut = sorted(step for step in set(partial) if step in steps)
         tensors_bytes = None
         if tensors:
             from safetensors.torch import save
 
             tensors_bytes = save(tensors, metadata={"run": self._run})
-        self._commit(pa, blocks, tensors_file if tensors_bytes else None, tensors_bytes)
+        if self._paused is not None:
+            self._resume()
+        self._commit(pa, blocks, tensors_file if tensors_bytes else None, tensors_bytes, cut)
         self._sites_written = sites_now
+        return n
 
     def _sites_batch(self, pa: Any, sites: Sequence[Site]) -> Any:
         return pa.record_batch(
@@ -310,16 +340,19 @@ class RecordingWriter:
         )
 
     def _records_batch(
-        self, pa: Any, columns: Columns, site_of: dict[int, int], encoder: Encoder
+        self, pa: Any, columns: Columns, n: int, site_of: dict[int, int], encoder: Encoder
     ) -> Any:
-        n = len(columns)
+        """The first `n` records of `columns` as one record batch."""
         steps = array("q", bytes(8 * n))
         for k, start in enumerate(columns.step_rows):
+            if start >= n:
+                break
             end = columns.step_rows[k + 1] if k + 1 < len(columns.step_rows) else n
+            end = min(end, n)
             steps[start:end] = array("q", [columns.step_values[k]] * (end - start))
-        sites = array("i", columns.site)
-        calls = array("i", columns.call)
-        flags = array("B", columns.flags)
+        sites = columns.site[:n]
+        calls = columns.call[:n]
+        flags = columns.flags[:n]
         numel: list[int | None] = [None] * n
         raw: list[Any] = [None] * n
         values: list[str | None] = [None] * n
@@ -383,7 +416,12 @@ class RecordingWriter:
         )
 
     def _commit(
-        self, pa: Any, blocks: list[tuple[str, Any]], tensors_file: str | None, data: Any
+        self,
+        pa: Any,
+        blocks: list[tuple[str, Any]],
+        tensors_file: str | None,
+        data: Any,
+        partial: list[int],
     ) -> None:
         """Append the blocks, the tensors file and the journal line; on any exception cut
         every file back to the last commit (or keep this one, when its line landed)."""
@@ -424,6 +462,8 @@ class RecordingWriter:
                     file.close()
                 tensors = {"name": tensors_file, "size": len(data), "crc": checksum(data)}
             record = {"run": self._run, "seq": self.commits, "blocks": entries}
+            if partial:  # absent otherwise: a recording without any is what it was
+                record["partial"] = partial
             line = commit_line({**record, "tensors": tensors})
             journal.append(line)
         except BaseException as error:
@@ -468,19 +508,51 @@ class RecordingWriter:
 
     def pause(self) -> None:
         """Mark the recording complete for now (readers then check that every commit is
-        there); a later `write` appends again."""
-        if not self.closed:
-            self._write_meta(complete=True)
+        there), close its files and release the directory: nothing is left open for a
+        garbage collection to close. A later `write` claims the directory again and
+        appends after the last commit."""
+        with self._turns:
+            if self.closed or self._paused is not None:
+                return
+            try:
+                self._write_meta(complete=True)
+            finally:
+                self._paused = {name: file.committed for name, file in self._open.items()}
+                self._release.detach()
+                _close_files(self._open, self._lock)
+
+    def _resume(self) -> None:
+        """Claim the directory again after `pause`; reopen its files where they were."""
+        assert self._paused is not None
+        try:
+            self._lock = WriterLock(self.path)
+        except ArgumentValueError as error:
+            raise RecordingError(
+                f"{self.path}: another writer claimed this directory while the recording was "
+                "paused (between two `with` blocks); nothing more is written to it"
+            ) from error
+        try:
+            for name, committed in self._paused.items():
+                self._open[name] = AppendFile.reopen(self.path / name, committed)
+        except BaseException:
+            _close_files(self._open, self._lock)
+            raise
+        self._paused = None
+        self._release = self._when_dropped()
 
     def close(self) -> None:
         """Mark the recording complete, close its files and release the directory."""
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            self._write_meta(complete=True)
-        finally:
-            _close_files(self._open, self._lock)
+        with self._turns:
+            if self.closed:
+                return
+            self.closed = True
+            if self._paused is not None:
+                return  # complete, closed and released already
+            self._release.detach()
+            try:
+                self._write_meta(complete=True)
+            finally:
+                _close_files(self._open, self._lock)
 
 
 def _close_files(files: dict[str, AppendFile], lock: WriterLock) -> None:
@@ -496,13 +568,15 @@ def _close_files(files: dict[str, AppendFile], lock: WriterLock) -> None:
 @dataclasses.dataclass
 class Recording:
     """What `read_recording` read: the records as `Columns`, the statistics function their
-    raw vectors follow (None without statistics), the scalars/notes, and whether the writer
-    closed the recording (`complete`; false while it writes, or after it was killed)."""
+    raw vectors follow (None without statistics), the scalars/notes, whether the writer
+    closed the recording (`complete`; false while it writes, or after it was killed), and
+    the steps an exception cut short (`partial`, ascending)."""
 
     columns: Columns
     stats: StatsFn | None
     log: list[LogEntry]
     complete: bool
+    partial: list[int] = dataclasses.field(default_factory=list)
 
 
 def _read_meta(root: Path) -> dict[str, Any]:
@@ -576,13 +650,16 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
         )
     ends: dict[str, int] = {}
     read = 0
+    partial: set[int] = set()
     for number, commit in enumerate(commits):
         try:
             blocks, tensors = commit_blocks(commit, run, dict(ends), root / JOURNAL)
+            marked = _partial_steps(commit, root / JOURNAL)
             reader.commit(blocks, tensors)
         except RecordingError as error:
             problem = str(error)
             break
+        partial.update(marked)
         for block in blocks:
             ends[block.file] = block.at + block.size
         read = number + 1
@@ -613,4 +690,14 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
             stacklevel=3,
         )
     # What was dropped under recover=True makes the loaded run incomplete too.
-    return Recording(reader.columns, stats, reader.log, complete and problem is None)
+    return Recording(
+        reader.columns, stats, reader.log, complete and problem is None, sorted(partial)
+    )
+
+
+def _partial_steps(commit: dict[str, Any], where: Path) -> list[int]:
+    """The steps a commit marks partial (see the module docstring), checked."""
+    steps = commit.get("partial", [])
+    if not isinstance(steps, list) or not all(type(s) is int and s >= 0 for s in steps):
+        raise RecordingError(f"{where}: a malformed list of partial steps {steps!r}"[:200])
+    return steps

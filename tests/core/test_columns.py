@@ -16,7 +16,7 @@ from tensor_tracker.core.memo import RecentTensors
 from tensor_tracker.data.frame import to_frame
 from tensor_tracker.stats import Stats, compute, histogram, parse
 from tensor_tracker.stats import store as store_module
-from tests.helpers import mlp
+from tests.helpers import interrupt_at, lines_run, mlp
 
 
 def _columns() -> Columns:
@@ -265,3 +265,36 @@ def test_where_a_step_and_the_steps_of_sites() -> None:
     assert cols.steps_where(lambda site: site.name == "a") == [3, 7, 9]  # 9: a whole Stash
     assert cols.steps_where(lambda site: site.kind == "param") == [3, 9]
     assert Columns().steps_where(lambda site: True) == []
+
+
+def _whole(cols: Columns) -> list[tuple[str, int, int, float]]:
+    """Every row as (name, call, step, value), after checking that the columns line up."""
+    lengths = {len(c) for c in (cols.site, cols.call, cols.flags, cols.ref)}
+    assert lengths == {len(cols)}, lengths
+    assert len(cols.step_rows) == len(cols.step_values)
+    return [(s.name, s.call, s.step, float(s.first_value.sum())) for s in cols]
+
+
+@pytest.mark.parametrize("interrupted", ["add", "_add_object"])
+@pytest.mark.parametrize("by_hand", [False, True])
+def test_a_ctrl_c_anywhere_in_a_row_append_adds_the_row_whole_or_not_at_all(
+    interrupted: str, by_hand: bool
+) -> None:
+    function = getattr(Columns, interrupted)
+
+    def append(cols: Columns) -> None:  # a new step: its run starts with this row
+        value = torch.full((1,), 5.0)
+        if by_hand:
+            cols.append(Stash("a", nn.Linear, False, value, call=1, step=9))
+        else:
+            cols.add_object(cols.site_id("a", nn.Linear, "output", ""), 1, 9, 0, value)
+
+    for line in lines_run(function, lambda: append(_columns())):
+        cols = _columns()
+        before = _whole(cols)
+        with pytest.raises(KeyboardInterrupt), interrupt_at(function, line):
+            append(cols)
+        assert _whole(cols) == before, f"interrupted before line {line}"
+        assert len(cols.objects) == len(before)
+        append(cols)
+        assert _whole(cols) == [*before, ("a", 1, 9, 5.0)]
