@@ -104,11 +104,16 @@ def ulp_distance(a: Tensor, b: Tensor, dtype: torch.dtype | None = None) -> Tens
     return torch.where(same_sign, (ka - kb).abs(), across)
 
 
+def _bytes(x: Tensor) -> Tensor:
+    return x.contiguous().reshape(-1).view(torch.uint8)
+
+
 def _bits_equal(a: Tensor, b: Tensor) -> bool:
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.is_floating_point() or a.is_complex():
-        return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+        # Flattened first: a 0-d tensor (a loss) cannot be viewed as bytes.
+        return bool(torch.equal(_bytes(a), _bytes(b)))
     return bool(torch.equal(a, b))
 
 

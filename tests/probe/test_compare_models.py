@@ -164,6 +164,26 @@ def test_torch_compile_against_eager() -> None:
     assert hook_count(model) == 0
 
 
+def test_a_model_returning_its_loss() -> None:
+    class WithLoss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _net(dropout=0.0)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.net(x).square().mean()  # a 0-d output, as a model given labels=
+
+    model = WithLoss()
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.net[4].bias.add_(1.0)
+    cmp = tensor_tracker.compare_models(model, other, X, loss_fn=lambda loss: loss)
+    frame = cmp.to_frame()
+    root = frame[(frame["name"] == "") & ~frame["grad"]]
+    assert root["shape_a"].tolist() == ["scalar"] and not root["equal"].any()
+    assert cmp.first_divergence().name == "net.4"
+
+
 def test_keyword_inputs_and_names() -> None:
     class Wrapped(nn.Module):
         def __init__(self, inner: nn.Module) -> None:
