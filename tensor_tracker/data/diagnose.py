@@ -247,10 +247,8 @@ def _check_gradients(
         if not bad.any():
             continue
         median = float(np.median(ratio[bad]))
-        if median == 0:  # every gradient at the input end is exactly 0 (dead units)
-            change = "to exactly 0"
-        else:
-            change = f"{1 / median if median < 1 else median:.3g}x"
+        # A median of 0: every gradient at the input end is exactly 0 (dead units).
+        change = f"{1 / median if median < 1 else median:.3g}x" if median else "to exactly 0"
         found.append(
             Finding(
                 check,
