@@ -31,11 +31,16 @@ class Differences:
             zeros: 0 if `b` is too, else infinity.
         cosine: a . b / (||a|| ||b||); 1 when both are all zeros, 0 when only one is.
         max_ulp: the largest distance in units in the last place of the coarser of the two
-            dtypes (both rounded to it first); NaN for non-float tensors.
+            dtypes (both rounded to it first); NaN for non-float tensors. Exact, but an
+            alarm only for values of one scale: near 0 the steps are tiny (an fp32 step is
+            1.4e-45 at 0 and 1.2e-7 at 1), so an error that is small against the tensor's
+            scale can be tens of thousands of steps where an element is near 0. Read
+            `rel_rms_error` for how far apart the tensors are.
         numel: how many elements were compared.
         rms_a, rms_b: the root mean square of each side (the scale of the values).
         excess: the largest |a - b| - rtol * |b| for the `rtol` given to `differences`:
             the pair is within `atol + rtol * |b|` everywhere exactly when `excess <= atol`.
+        rms_error: ||a - b|| / sqrt(numel), the root mean square of the difference.
 
     A NaN or infinity at the same place in both counts as no error there; anywhere else
     the errors are NaN (or infinite), as the arithmetic gives.
@@ -50,6 +55,7 @@ class Differences:
     rms_a: float
     rms_b: float
     excess: float
+    rms_error: float
 
 
 def coarser_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
@@ -223,6 +229,7 @@ def differences(a: Sequence[Tensor], b: Sequence[Tensor], rtol: float = 0.0) -> 
             rms_a=rms,
             rms_b=rms,
             excess=-math.inf,
+            rms_error=0.0,
         )
     max_abs, max_ulp, excess = 0.0, 0.0, -math.inf
     diff2 = norm_a2 = norm_b2 = dot = 0.0
@@ -250,4 +257,5 @@ def differences(a: Sequence[Tensor], b: Sequence[Tensor], rtol: float = 0.0) -> 
         rel = cosine = math.nan
     rms_a = math.sqrt(norm_a2 / numel) if numel else math.nan
     rms_b = math.sqrt(norm_b2 / numel) if numel else math.nan
-    return Differences(equal, max_abs, rel, cosine, max_ulp, numel, rms_a, rms_b, excess)
+    rms_error = math.sqrt(diff2 / numel) if numel else 0.0
+    return Differences(equal, max_abs, rel, cosine, max_ulp, numel, rms_a, rms_b, excess, rms_error)
