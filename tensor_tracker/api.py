@@ -731,8 +731,8 @@ def compare_models(
     loss_fn: Callable[[Any], Tensor] | None = None,
     names: Names = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
-    rtol: float = 1e-5,
-    atol: float = 1e-8,
+    rtol: float | None = None,
+    atol: float | None = None,
 ) -> Comparison:
     """Run two models on the same inputs and say where they first differ, forward and
     backward: `model_a` then `model_b`, each under `track` keeping a full copy of every
@@ -767,7 +767,9 @@ def compare_models(
         names: the name in `model_b` of a module of `model_a` (a dict, or a function), for
             renamed or re-wrapped modules; see `compare`.
         max_bytes: the memory budget of the copies of both runs together (default 2 GiB).
-        rtol, atol: the comparison's default tolerance (see `compare`).
+        rtol, atol: the comparison's default tolerance (see `compare`; by default 16
+            epsilons of the coarsest dtype on the relative rms error, so that the rounding
+            differences of `torch.compile` or autocast are within it).
 
     Returns:
         A `Comparison` (its `.a` and `.b` are the two `Tracker`s).

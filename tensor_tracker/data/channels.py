@@ -56,6 +56,10 @@ class ChannelTable:
             over the calls of a step (the mean for `mean_per_channel`); NaN where a module
             was not recorded at a step, and past a module's own width.
         widths: each module's number of channels (its widest record).
+        calls: for each module, each record it was read from, in recording order: its
+            place among the step's records, the step's index in `steps`, and its vector.
+            Empty for a table built by hand; `outlier_channels` reads it to tell which call
+            of a module called several times in a step (a reused ReLU) shows an outlier.
 
     Example:
         >>> import numpy as np
@@ -71,6 +75,7 @@ class ChannelTable:
     steps: tuple[int, ...]
     values: numpy.ndarray
     widths: tuple[int, ...]
+    calls: tuple[tuple[tuple[int, int, numpy.ndarray], ...], ...] = ()
 
     def __repr__(self) -> str:
         return (
@@ -184,11 +189,16 @@ def table_of_frame(frame: Any, stashes: Any, column: str, grad: bool, kind: str)
     attrs = frame["attr"].to_numpy()
     step_of = frame["step"].to_numpy()
     kept: dict[str, dict[int, list[Any]]] = {}
+    placed: dict[str, list[tuple[int, int, Any]]] = {}  # (place in its step, step, vector)
+    count: dict[int, int] = {}
     for r, v in vectors.items():
+        step = int(step_of[r])
+        place = count[step] = count.get(step, -1) + 1
         if not isinstance(v, np.ndarray) or not len(v):
             continue
         name = str(names[r]) if kind != "param" else f"{names[r]}.{attrs[r]}".lstrip(".")
-        kept.setdefault(name, {}).setdefault(int(step_of[r]), []).append(v)
+        kept.setdefault(name, {}).setdefault(step, []).append(v)
+        placed.setdefault(name, []).append((place, step, v))
     modules = tuple(kept)
     steps = tuple(sorted({s for by_step in kept.values() for s in by_step}))
     widths = tuple(max(len(v) for vs in kept[m].values() for v in vs) for m in modules)
@@ -203,7 +213,8 @@ def table_of_frame(frame: Any, stashes: Any, column: str, grad: bool, kind: str)
                 padded[i, : len(v)] = v
             with np.errstate(all="ignore"):
                 values[m, where[step], :width] = combine(padded, axis=0)
-    return ChannelTable(column, grad, modules, steps, values, widths)
+    calls = tuple(tuple((p, where[s], v) for p, s, v in placed[m]) for m in modules)
+    return ChannelTable(column, grad, modules, steps, values, widths, calls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,10 +240,11 @@ def outlier_channels(
     table: ChannelTable, k: float = DEFAULT_OUTLIER_RATIO
 ) -> list[OutlierChannels]:
     """The channels whose value passes `k` times the median channel of their module, at
-    the same step (read from a `ChannelTable` of `abs_max`, best), in the table's module
-    order (recording order: forward order). An outlier channel written into a residual
-    stream shows in every module after the one that writes it: the first module listed
-    is where it appears.
+    the same step (read from a `ChannelTable` of `abs_max`, best), in forward order: a
+    module called several times in a step (a ReLU reused after a residual addition)
+    takes the place of its first call that shows an outlier. An outlier channel written
+    into a residual stream shows in every module after the one that writes it: the first
+    module listed is where it appears.
 
     A module's median channel is its typical channel scale, which an outlier channel
     cannot move (it is one channel among many); modules whose median channel is 0 (all
@@ -263,7 +275,7 @@ def outlier_channels(
     check_number(
         k, "outlier_channels(k=...)", "a ratio to the median channel", low=1, open_low=True
     )
-    out: list[OutlierChannels] = []
+    out: list[tuple[int, OutlierChannels]] = []  # (place in forward order, finding)
     for m, module in enumerate(table.modules):
         width = table.widths[m]
         if width < 4:
@@ -283,13 +295,29 @@ def outlier_channels(
         channels = np.flatnonzero(hit.any(axis=0))
         masked = np.where(hit, ratio, -np.inf)
         s, _ = np.unravel_index(int(np.argmax(masked)), masked.shape)
-        out.append(
-            OutlierChannels(
-                module,
-                tuple(int(c) for c in channels),
-                tuple(table.steps[int(i)] for i in steps),
-                float(masked.max()),
-                float(median[s]),
-            )
+        finding = OutlierChannels(
+            module,
+            tuple(int(c) for c in channels),
+            tuple(table.steps[int(i)] for i in steps),
+            float(masked.max()),
+            float(median[s]),
         )
-    return out
+        out.append((_place(table, m, channels, median * k), finding))
+    out.sort(key=lambda placed: placed[0])  # stable: ties keep the table's order
+    return [finding for _, finding in out]
+
+
+def _place(table: ChannelTable, m: int, channels: Any, limits: Any) -> int:
+    """Where module `m`'s outlier `channels` first show in forward order: the earliest
+    place (among its step's records) of a call where one of them passes that step's
+    `limits` (k times the median channel); the module's index in a table without
+    `calls`."""
+    if not table.calls:
+        return m
+    calls = table.calls[m]
+    showing = [
+        place
+        for place, step, vector in calls
+        if (vector[channels[channels < len(vector)]] > limits[step]).any()
+    ]
+    return min(showing, default=calls[0][0])

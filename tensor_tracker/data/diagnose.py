@@ -247,6 +247,8 @@ def _check_gradients(
         if not bad.any():
             continue
         median = float(np.median(ratio[bad]))
+        # A median of 0: every gradient at the input end is exactly 0 (dead units).
+        change = f"{1 / median if median < 1 else median:.3g}x" if median else "to exactly 0"
         found.append(
             Finding(
                 check,
@@ -259,9 +261,8 @@ def _check_gradients(
                     "per module": median ** (1 / depth),
                     "steps": float(bad.sum()),
                 },
-                f"the gradients of module outputs {word} "
-                f"{1 / median if median < 1 else median:.3g}x from the output end to the "
-                f"input end of {len(leaves)} leaf modules",
+                f"the gradients of module outputs {word} {change} from the output end to "
+                f"the input end of {len(leaves)} leaf modules",
                 "check the initialisation scale and activations; residual connections and "
                 "normalisation layers keep gradients at one scale"
                 + ("; clip gradients" if word == "grow" else ""),

@@ -31,11 +31,16 @@ class Differences:
             zeros: 0 if `b` is too, else infinity.
         cosine: a . b / (||a|| ||b||); 1 when both are all zeros, 0 when only one is.
         max_ulp: the largest distance in units in the last place of the coarser of the two
-            dtypes (both rounded to it first); NaN for non-float tensors.
+            dtypes (both rounded to it first); NaN for non-float tensors. Exact, but an
+            alarm only for values of one scale: near 0 the steps are tiny (an fp32 step is
+            1.4e-45 at 0 and 1.2e-7 at 1), so an error that is small against the tensor's
+            scale can be tens of thousands of steps where an element is near 0. Read
+            `rel_rms_error` for how far apart the tensors are.
         numel: how many elements were compared.
         rms_a, rms_b: the root mean square of each side (the scale of the values).
         excess: the largest |a - b| - rtol * |b| for the `rtol` given to `differences`:
             the pair is within `atol + rtol * |b|` everywhere exactly when `excess <= atol`.
+        rms_error: ||a - b|| / sqrt(numel), the root mean square of the difference.
 
     A NaN or infinity at the same place in both counts as no error there; anywhere else
     the errors are NaN (or infinite), as the arithmetic gives.
@@ -50,6 +55,7 @@ class Differences:
     rms_a: float
     rms_b: float
     excess: float
+    rms_error: float
 
 
 def coarser_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
@@ -104,15 +110,16 @@ def ulp_distance(a: Tensor, b: Tensor, dtype: torch.dtype | None = None) -> Tens
     return torch.where(same_sign, (ka - kb).abs(), across)
 
 
+def _bytes(x: Tensor) -> Tensor:
+    return x.contiguous().reshape(-1).view(torch.uint8)
+
+
 def _bits_equal(a: Tensor, b: Tensor) -> bool:
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.is_floating_point() or a.is_complex():
-        return bool(
-            torch.equal(
-                a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)
-            )
-        )
+        # Flattened first: a 0-d tensor (a loss) cannot be viewed as bytes.
+        return bool(torch.equal(_bytes(a), _bytes(b)))
     return bool(torch.equal(a, b))
 
 
@@ -222,6 +229,7 @@ def differences(a: Sequence[Tensor], b: Sequence[Tensor], rtol: float = 0.0) -> 
             rms_a=rms,
             rms_b=rms,
             excess=-math.inf,
+            rms_error=0.0,
         )
     max_abs, max_ulp, excess = 0.0, 0.0, -math.inf
     diff2 = norm_a2 = norm_b2 = dot = 0.0
@@ -249,4 +257,5 @@ def differences(a: Sequence[Tensor], b: Sequence[Tensor], rtol: float = 0.0) -> 
         rel = cosine = math.nan
     rms_a = math.sqrt(norm_a2 / numel) if numel else math.nan
     rms_b = math.sqrt(norm_b2 / numel) if numel else math.nan
-    return Differences(equal, max_abs, rel, cosine, max_ulp, numel, rms_a, rms_b, excess)
+    rms_error = math.sqrt(diff2 / numel) if numel else 0.0
+    return Differences(equal, max_abs, rel, cosine, max_ulp, numel, rms_a, rms_b, excess, rms_error)

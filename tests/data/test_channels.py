@@ -171,6 +171,38 @@ def test_a_cnn_outlier_channel_is_found_in_its_channel_dimension(copies: bool) -
     assert findings[0].modules == ("3",) and findings[0].evidence["channels"] == str(CHANNEL)
 
 
+class _BasicBlock(nn.Module):
+    """torchvision's `BasicBlock`: one ReLU module called twice, before and after `bn2`."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(width, width, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + x)
+
+
+@pytest.mark.parametrize("copies", [False, True])
+def test_a_module_called_twice_is_placed_at_the_call_showing_the_outlier(copies: bool) -> None:
+    torch.manual_seed(0)
+    model = _BasicBlock()
+    with torch.no_grad():
+        model.bn2.weight[CHANNEL] = 100.0  # bn2 writes the outlier; relu's second call shows it
+    with tt.track(model, stats=False if copies else tt.diagnosis_stats) as t:
+        model(torch.randn(2, 16, 6, 6)).square().mean().backward()
+    table = channel_table(t)
+    assert table.modules.index("relu") < table.modules.index("bn2")  # by first call
+    found = outlier_channels(table)
+    assert [o.module for o in found][:2] == ["bn2", "relu"]
+    findings = [f for f in tt.diagnose(t) if f.check == "outlier_channels"]
+    assert findings[0].modules == ("bn2",)
+
+
 def test_a_loaded_recording_diagnoses_alike(tmp_path: object) -> None:
     pytest.importorskip("pyarrow")
     from pathlib import Path

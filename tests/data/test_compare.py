@@ -149,6 +149,36 @@ def test_tolerance_decides_within_and_beyond() -> None:
         cmp.first_divergence(rtol=-1)
 
 
+def _pair(
+    a: list[float], b: list[float], dtype_b: torch.dtype = torch.float32
+) -> tuple[list[tensor_tracker.Stash], list[tensor_tracker.Stash]]:
+    def stashes(values: list[float], dtype: torch.dtype) -> list[tensor_tracker.Stash]:
+        return [tensor_tracker.Stash("m", nn.Linear, False, torch.tensor(values, dtype=dtype))]
+
+    return stashes(a, torch.float32), stashes(b, dtype_b)
+
+
+def test_the_default_tolerance_is_16_eps_of_the_relative_rms_error() -> None:
+    eps = torch.finfo(torch.float32).eps
+    # Two eps of the tensor's scale, all at an element near 0: allclose's 1e-5 and 1e-8
+    # call that element 2,000 times its tolerance; against the tensor it is rounding.
+    near_zero = tensor_tracker.compare(*_pair([1.0, -1.0, 1e-12], [1.0, -1.0, 1e-12 + 2 * eps]))
+    assert near_zero.rtol == 16 * eps and near_zero.atol == 0.0 and near_zero.eps == eps
+    assert near_zero.status() == ["within"]
+    assert near_zero.to_frame()["max_ulp"][0] > 1e6  # exact, and no alarm
+    # 20 eps of the scale: beyond; so is 1e-3 relative everywhere.
+    assert tensor_tracker.compare(*_pair([1.0], [1.0 + 20 * eps])).status() == ["beyond"]
+    assert tensor_tracker.compare(*_pair([1.0, 2.0], [1.001, 2.002])).status() == ["beyond"]
+    # The coarsest dtype sets the unit: bf16 against fp32 gets 16 bf16 eps.
+    bf16 = tensor_tracker.compare(*_pair([1.0, 3.0], [1.0, 3.0 + 2**-6], torch.bfloat16))
+    assert bf16.rtol == 16 * torch.finfo(torch.bfloat16).eps and bf16.status() == ["within"]
+    # Given tolerances are the comparison's, and rtol=0, atol=0 is "values differ".
+    given = tensor_tracker.compare(*_pair([1.0, 1.0], [1.0, 1.5]), rtol=0.5, atol=0.1)
+    assert (given.rtol, given.atol) == (0.5, 0.1) and given.status() == ["within"]
+    assert given.status(rtol=0.3, atol=0) == ["beyond"]
+    assert given.first_divergence(rtol=0, atol=0) is not None
+
+
 def test_training_runs_with_different_learning_rates_first_differ_at_step_1(
     tmp_path: Path,
 ) -> None:

@@ -126,6 +126,19 @@ def test_vanishing_gradients_from_full_copies_too() -> None:
     assert copies[0].evidence["ratio"] == pytest.approx(stats[0].evidence["ratio"], rel=1e-4)
 
 
+def test_gradients_exactly_zero_at_the_input_end() -> None:
+    # The first two ReLUs never fire: no gradient at all reaches the first three modules.
+    model = _mlp(nn.ReLU, depth=8)
+    with torch.no_grad():
+        model[0].bias.fill_(-1e3)
+        model[2].bias.fill_(-1e3)
+    found = [
+        f for f in diagnose(_train(model, steps=2, lr=0.0)) if f.check == "vanishing_gradients"
+    ]
+    assert len(found) == 1 and found[0].evidence["ratio"] == 0.0
+    assert "shrink to exactly 0" in found[0].explanation
+
+
 def test_exploding_gradients_in_a_deep_linear_network() -> None:
     diagnosis = diagnose(_train(_mlp(nn.Identity, depth=12, scale=5.0), steps=1, lr=0.0))
     found = [f for f in diagnosis if f.check == "exploding_gradients"]

@@ -117,6 +117,14 @@ def test_differences_over_several_tensors() -> None:
     assert d.max_ulp == 1 and d.rel_rms_error == pytest.approx(2**-21 / 5.0, rel=1e-12)
 
 
+def test_differences_of_zero_dimensional_tensors() -> None:
+    # A loss is a 0-d tensor: its bits are compared as those of any other float.
+    loss = torch.tensor(2.0)
+    assert differences([loss], [loss.clone()]).equal
+    d = differences([loss], [torch.tensor(2.0 + 2**-22)])
+    assert not d.equal and d.max_ulp == 1 and d.numel == 1
+
+
 def test_close_is_isclose_on_every_element() -> None:
     a, b = [torch.tensor([1.0, 100.0])], [torch.tensor([1.01, 101.0])]
     assert close(a, b, rtol=0.011, atol=0.0)

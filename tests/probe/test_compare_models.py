@@ -164,6 +164,57 @@ def test_torch_compile_against_eager() -> None:
     assert hook_count(model) == 0
 
 
+def test_a_model_returning_its_loss() -> None:
+    class WithLoss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _net(dropout=0.0)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.net(x).square().mean()  # a 0-d output, as a model given labels=
+
+    model = WithLoss()
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.net[4].bias.add_(1.0)
+    cmp = tensor_tracker.compare_models(model, other, X, loss_fn=lambda loss: loss)
+    frame = cmp.to_frame()
+    root = frame[(frame["name"] == "") & ~frame["grad"]]
+    assert root["shape_a"].tolist() == ["scalar"] and not root["equal"].any()
+    assert cmp.first_divergence().name == "net.4"
+
+
+@pytest.mark.slow  # TorchInductor compiles for tens of seconds
+def test_compile_differences_are_within_the_default_tolerance_a_planted_one_is_not() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(16, 64),
+        nn.LayerNorm(64),
+        nn.GELU(),
+        nn.Linear(64, 64),
+        nn.Tanh(),
+        nn.Linear(64, 4),
+    ).eval()
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+    cmp = tensor_tracker.compare_models(model, torch.compile(model), x, loss_fn=_loss)
+    frame = cmp.to_frame()
+    # Inductor rounds differently (a few records differ at elements near 0 by thousands of
+    # ULPs, beyond allclose's 1e-5 there) but the records are a few float32 eps apart.
+    assert not frame["equal"].all() and frame["max_ulp"].max() > 1000
+    assert cmp.rtol == 16 * torch.finfo(torch.float32).eps and cmp.atol == 0.0
+    assert cmp.counts()["beyond"] == 0 and cmp.first_divergence() is None
+    assert "max_ulp" not in str(cmp)
+    # One module's output off by 1e-3 (relative): found, where it starts.
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other[3].weight.mul_(1 + 1e-3)
+        other[3].bias.mul_(1 + 1e-3)
+    planted = tensor_tracker.compare_models(model, torch.compile(other), x, loss_fn=_loss)
+    first = planted.first_divergence()
+    assert first is not None and first.name == "3"
+    assert planted.first_divergence(grad=True) is not None
+
+
 def test_keyword_inputs_and_names() -> None:
     class Wrapped(nn.Module):
         def __init__(self, inner: nn.Module) -> None:
