@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import functools
 import gc
 import io
@@ -27,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 from torch import Tensor, nn
 
@@ -70,7 +70,9 @@ class PlainTracker:
 
         return hook
 
-    def to_frame(self) -> pd.DataFrame:
+    def to_frame(self) -> Any:
+        import pandas as pd  # here: benchmarks/gpu.py imports this module where pandas may lack
+
         rows = []
         for s in self.stashes:
             value = s.first_value
@@ -194,17 +196,18 @@ def paired_ratios(
     step_untracked: Callable[[], None],
     step_tracked: Callable[[], None],
     pairs: int,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[float]:
     """Alternate single untracked and tracked steps (on two identical models) and return the
     ratio within each adjacent pair: this machine's speed drifts by +-10% from one step to
-    the next, and adjacent steps drift together."""
+    the next, and adjacent steps drift together. `clock`: see `device_clock`."""
     ratios = []
     for i in range(pairs + 1):  # the first pair warms up (allocator, caches)
-        start = time.perf_counter()
+        start = clock()
         step_untracked()
-        middle = time.perf_counter()
+        middle = clock()
         step_tracked()
-        end = time.perf_counter()
+        end = clock()
         if i:
             ratios.append((end - middle) / (middle - start))
     return ratios
@@ -310,13 +313,19 @@ class _MinimalStats(_NoOpHooks):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
-        self.values: list[float] = []
+        self.values: list[Any] = []
         self.stashes = self.values  # cleared before each step, like a tracker's
 
     def _stats(self, tensor: Tensor) -> None:
         x = tensor.detach().reshape(-1)
         lo, hi = torch.aminmax(x)
-        self.values.extend((x.sum().item(), torch.dot(x, x).item(), lo.item(), hi.item()))
+        if x.is_cpu:
+            self.values.extend((x.sum().item(), torch.dot(x, x).item(), lo.item(), hi.item()))
+        else:
+            # What `stats=True` computes on an accelerator (`kernels.Core.device_raw`): the
+            # same kernels, one float64 vector kept on the device, nothing read back.
+            std, mean = torch.std_mean(x, correction=0)
+            self.values.append(torch.stack((mean, std, lo, hi)).double())
 
     def _pre(self, grads: tuple[Tensor | None, ...]) -> None:
         if grads[0] is not None:
@@ -438,21 +447,22 @@ def _triples(
     return floors, tracked, above
 
 
-def small_models(pairs: int) -> None:
+def small_models(pairs: int, device: torch.device | None = None) -> None:
     """Tracked/untracked ratios on small models, where the per-stash cost dominates; each
     tracked row beside its floor (minimal hooks doing the same arithmetic per tensor),
     measured in the same rounds: untracked, floor and tracked steps alternate."""
+    device = device or torch.device("cpu")
+    clock = "CPU time of the thread (time.thread_time)" if device.type == "cpu" else "CUDA events"
     print(
         "\n## Small models (issues #11, #31): fixed cost per stash; medians over "
         f"{pairs} rounds of (untracked, floor, tracked) steps in rotating order, 1 thread, "
-        "CPU time of the thread (time.thread_time)\n"
+        f"{clock}, on {device}\n"
     )
     print(
         "| workload | tracked / untracked | its floor | above the floor | target "
         "| stashes/step | untracked step |"
     )
     print("|---|---|---|---|---|---|---|")
-    Make = Callable[[nn.Module, torch.optim.Optimizer], Any]
     rows: list[tuple[str, str, bool, Make, Make | None, float | None]] = [
         (
             "encoder d64, no-op hooks",
@@ -506,59 +516,120 @@ def small_models(pairs: int) -> None:
         ),
     ]
     for label, kind, adam, factory, floor_factory, target in rows:
-        untracked, x = small_model(kind)
-        models = [untracked, copy.deepcopy(untracked), copy.deepcopy(untracked)]
-        # Making an optimizer imports torch._dynamo, as in any training script: every row
-        # has the tracker's hooks behind `untraced` (see `_torch_compat.untraced`).
-        optimizers = {id(m): torch.optim.Adam(m.parameters(), lr=1e-4) for m in models}
-
-        def step(
-            model: nn.Module, adam: bool = adam, x: Tensor = x, opts: Any = optimizers
-        ) -> None:
-            train_step(model, x)
-            if adam:
-                opts[id(model)].step()
-
-        times = []
-        for _ in range(20):
-            start = time.thread_time()
-            step(untracked)
-            times.append(time.thread_time() - start)
-        floor_model, tracked = models[1], models[2]
-        with contextlib.ExitStack() as stack:
-            tracker = stack.enter_context(factory(tracked, optimizers[id(tracked)]))
-            floor = (
-                None
-                if floor_factory is None
-                else stack.enter_context(floor_factory(floor_model, optimizers[id(floor_model)]))
-            )
-            step(tracked)
-            count = len(tracker.stashes)
-            tracked_step = functools.partial(_training_step, tracker, step, tracked)
-            floor_step = (
-                functools.partial(step, floor_model)
-                if floor is None
-                else functools.partial(_training_step, floor, step, floor_model)
-            )
-            floors, ratios, above = _triples(
-                [functools.partial(step, untracked), floor_step, tracked_step], pairs
-            )
-        ratio = statistics.median(ratios)
-        if floor is None:
+        model, x = small_model(kind)
+        row = floor_row(
+            model.to(device),
+            x.to(device),
+            adam,
+            factory,
+            floor_factory,
+            pairs,
+            device_clock(device),
+        )
+        if row.floor is None:
             floor_cell = difference = "-"
             verdict = ""
         else:
-            gap = statistics.median(above)
-            floor_cell, difference = f"{statistics.median(floors):.3f}x", f"{gap:+.3f}"
+            floor_cell, difference = f"{row.floor:.3f}x", f"{row.above:+.3f}"
             verdict = (
                 ""
                 if target is None
-                else f"<= {target:+.2f} ({'met' if gap <= target else 'MISSED'})"
+                else f"<= {target:+.2f} ({'met' if row.above <= target else 'MISSED'})"
             )
         print(
-            f"| {label} | {ratio:.3f}x | {floor_cell} | {difference} | {verdict} | {count} | "
-            f"{1e3 * statistics.median(times):.2f} ms |"
+            f"| {label} | {row.ratio:.3f}x | {floor_cell} | {difference} | {verdict} | "
+            f"{row.stashes} | {1e3 * row.untracked_s:.2f} ms |"
         )
+
+
+Make = Callable[[nn.Module, torch.optim.Optimizer], Any]
+"""Attaches a tracker (or a floor) to a model, given the model's optimizer."""
+
+
+@dataclasses.dataclass
+class FloorRow:
+    """One row measured by `floor_row`: medians over rounds of the tracked and the floor
+    step's time over the untracked step's, and of their difference (None without a floor)."""
+
+    ratio: float
+    floor: float | None
+    above: float | None
+    stashes: int
+    untracked_s: float
+
+
+def device_clock(device: torch.device) -> Callable[[], float]:
+    """A clock for steps on `device`. The CPU: this thread's CPU time (see `_triples`). CUDA:
+    seconds from CUDA events; each reading records an event and waits for it, so the
+    difference of two readings is the device time of the work launched between them,
+    finished (a step that waits for its launches, as a small model does, counts them)."""
+    if device.type != "cuda":
+        return time.thread_time
+    origin = torch.cuda.Event(enable_timing=True)
+    origin.record()
+
+    def clock() -> float:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        event.synchronize()
+        return float(origin.elapsed_time(event)) / 1e3
+
+    return clock
+
+
+def floor_row(
+    untracked: nn.Module,
+    x: Tensor,
+    adam: bool,
+    factory: Make,
+    floor_factory: Make | None,
+    rounds: int,
+    clock: Callable[[], float] = time.thread_time,
+) -> FloorRow:
+    """A training step of `untracked` on `x` (with an Adam step when `adam`), of a copy
+    tracked by `factory` and of one under `floor_factory` (or untracked), interleaved by
+    `_triples` for `rounds` rounds and timed by `clock` (see `device_clock`)."""
+    models = [untracked, copy.deepcopy(untracked), copy.deepcopy(untracked)]
+    # Making an optimizer imports torch._dynamo, as in any training script: every row
+    # has the tracker's hooks behind `untraced` (see `_torch_compat.untraced`).
+    optimizers = {id(m): torch.optim.Adam(m.parameters(), lr=1e-4) for m in models}
+
+    def step(model: nn.Module) -> None:
+        train_step(model, x)
+        if adam:
+            optimizers[id(model)].step()
+
+    times = []
+    for _ in range(20):
+        start = clock()
+        step(untracked)
+        times.append(clock() - start)
+    floor_model, tracked = models[1], models[2]
+    with contextlib.ExitStack() as stack:
+        tracker = stack.enter_context(factory(tracked, optimizers[id(tracked)]))
+        floor = (
+            None
+            if floor_factory is None
+            else stack.enter_context(floor_factory(floor_model, optimizers[id(floor_model)]))
+        )
+        step(tracked)
+        count = len(tracker.stashes)
+        tracked_step = functools.partial(_training_step, tracker, step, tracked)
+        floor_step = (
+            functools.partial(step, floor_model)
+            if floor is None
+            else functools.partial(_training_step, floor, step, floor_model)
+        )
+        floors, ratios, above = _triples(
+            [functools.partial(step, untracked), floor_step, tracked_step], rounds, clock
+        )
+    return FloorRow(
+        statistics.median(ratios),
+        None if floor is None else statistics.median(floors),
+        None if floor is None else statistics.median(above),
+        count,
+        statistics.median(times),
+    )
 
 
 def _rss() -> int:
@@ -1175,6 +1246,12 @@ def main() -> None:
     parser.add_argument("--only", default="", help="run the overhead rows whose name has this")
     parser.add_argument("--pairs", type=int, default=40, help="step pairs per configuration")
     parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the small-model rows (--part small) run, e.g. cuda; the rest runs on the "
+        "CPU (benchmarks/gpu.py measures the GPU rows)",
+    )
+    parser.add_argument(
         "--part",
         choices=[
             "all",
@@ -1205,7 +1282,7 @@ def main() -> None:
             overhead_table(128, 4, 8, 64, pairs)
             overhead_table(512, 4, 2, 64, pairs)
     if part in ("all", "small"):
-        small_models(3 if args.quick else 5 * args.pairs)
+        small_models(3 if args.quick else 5 * args.pairs, torch.device(args.device))
     if part == "memory":
         kept = [
             memory_per_stash(10_000 if args.quick else 300_000, params) for params in (False, True)

@@ -6,10 +6,24 @@ server, spawned ranks, a real-size model) is built once."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
 
 from tensor_tracker import Tracker, stats, track
 from tests.helpers import tiny_model, train
+
+
+@pytest.fixture(scope="session")
+def device() -> torch.device:
+    """The device of the device-capable tests (the statistics kernels, block formats, per
+    channel, the tracker on small models): `TT_DEVICE`, "cpu" when unset. `./dev gpu`
+    runs them with TT_DEVICE=cuda; their references stay on the CPU."""
+    chosen = torch.device(os.environ.get("TT_DEVICE", "cpu"))
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        pytest.fail(f"TT_DEVICE={chosen} but CUDA is not available here; unset TT_DEVICE")
+    return chosen
 
 
 @pytest.fixture(scope="session")

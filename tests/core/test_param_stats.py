@@ -46,8 +46,10 @@ def _values(stash_value: Any) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_parameters_gradients_and_state_equal_the_per_tensor_reference(name: str) -> None:
-    model = _Net()
+def test_parameters_gradients_and_state_equal_the_per_tensor_reference(
+    name: str, device: torch.device
+) -> None:
+    model = _Net().to(device)
     opt = OPTIMIZERS[name](model.parameters())
     modules = {"a": model.a, "b": model.b, "frozen": model.frozen, "c": model.c}
     expected: dict[tuple[int, str, str, bool], dict[str, float]] = {}
@@ -58,7 +60,7 @@ def test_parameters_gradients_and_state_equal_the_per_tensor_reference(name: str
                 for attr, param in module.named_parameters(recurse=False):
                     key = (step, module_name, attr, False)
                     expected[key] = stats.compute(param.detach().clone(), True).to_dict()
-            x = torch.randn(5, 4)
+            x = torch.randn(5, 4, device=device)
             model(x).square().mean().backward()
             for module_name, module in modules.items():
                 for attr, param in module.named_parameters(recurse=False):

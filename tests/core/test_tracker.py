@@ -271,15 +271,16 @@ def test_transformer_encoder_bitwise_identical() -> None:
 
 @pytest.mark.parametrize("tracked_kwargs", [{}, {"stats": True}, {"capture": ("inputs", "params")}])
 def test_tiny_transformer_with_inplace_residuals_bitwise_identical(
-    tracked_kwargs: dict[str, Any],
+    tracked_kwargs: dict[str, Any], device: torch.device
 ) -> None:
     from examples.tiny_transformer import TinyTransformer, copy_task_batch
 
     def run(tracked: bool) -> tuple[Tensor, list[Tensor]]:
         torch.manual_seed(0)
-        model = TinyTransformer(vocab=16, d_model=16, n_layers=2)
+        model = TinyTransformer(vocab=16, d_model=16, n_layers=2).to(device)
         tokens, _ = copy_task_batch(2, 8, 16, torch.Generator().manual_seed(0))
-        mask = torch.zeros(2, 8, dtype=torch.bool)
+        tokens = tokens.to(device)
+        mask = torch.zeros(2, 8, dtype=torch.bool, device=device)
         mask[1, 6:] = True
         with track(model, **tracked_kwargs) if tracked else _null():
             out = model(tokens, padding_mask=mask)

@@ -113,9 +113,11 @@ def test_names_cover_formats_and_default() -> None:
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(1000,), (7, 13, 5), (3, 1)], ids=str)
-def test_builtins_match_reference(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+def test_builtins_match_reference(
+    dtype: torch.dtype, shape: tuple[int, ...], device: torch.device
+) -> None:
     x = random_data(shape, dtype)
-    got = S.compute(x, ALL).to_dict()
+    got = S.compute(x.to(device), ALL).to_dict()
     assert_close(got, reference(x), RTOL[dtype])
 
 
@@ -128,13 +130,15 @@ def test_default_matches_reference(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_format_fractions_on_values_spanning_all_ranges(dtype: torch.dtype) -> None:
+def test_format_fractions_on_values_spanning_all_ranges(
+    dtype: torch.dtype, device: torch.device
+) -> None:
     gen = torch.Generator().manual_seed(2)
     exponents = torch.randint(-150, 128, (5000,), generator=gen).to(torch.float64)
     x = (torch.randn(5000, generator=gen, dtype=torch.float64) * torch.exp2(exponents)).to(dtype)
     biggest = torch.finfo(dtype).max  # above the bfloat16 max, which random data rarely hits
     x = torch.cat([x, torch.tensor([biggest, -biggest], dtype=dtype)])
-    got = S.compute(x, ALL).to_dict()
+    got = S.compute(x.to(device), ALL).to_dict()
     # Sums of values this large overflow, so only the range-independent statistics compare.
     names = [n for n in ALL if n.startswith(tuple(FORMATS))]
     names += ["min", "max", "abs_max", "numel", "nonfinite", "zero_frac"]
@@ -160,8 +164,8 @@ def test_spread_of_huge_equal_values_is_zero_although_their_squares_overflow() -
 
 
 @pytest.mark.parametrize("extra", [[], ["fp16_overflow"]], ids=["own-pass", "range-pass"])
-def test_nan_and_inf_inputs(extra: list[str]) -> None:
-    x = torch.tensor([1.0, -2.0, math.nan, math.inf, -math.inf, 0.0, 3.0])
+def test_nan_and_inf_inputs(extra: list[str], device: torch.device) -> None:
+    x = torch.tensor([1.0, -2.0, math.nan, math.inf, -math.inf, 0.0, 3.0], device=device)
     names = [*S.DEFAULT, "abs_mean", "nonfinite", "zero_frac", "sum", *extra]
     got = S.compute(x, names).to_dict()
     assert got["nonfinite"] == 3

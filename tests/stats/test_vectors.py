@@ -32,13 +32,13 @@ def _reference(x: np.ndarray, stat: str, dim: int) -> np.ndarray:
 
 @pytest.mark.parametrize("stat", STATS)
 @pytest.mark.parametrize("dim", [-1, 0, 1])
-def test_values_match_numpy_for_every_dimension(stat: str, dim: int) -> None:
+def test_values_match_numpy_for_every_dimension(stat: str, dim: int, device: torch.device) -> None:
     torch.manual_seed(0)
     x = torch.randn(4, 5, 6, dtype=torch.float64) * torch.logspace(-2, 2, 6, dtype=torch.float64)
     for item in (stats.per_channel(stat, dim=dim), stats.per_sample(stat, dim=dim)):
-        got = stats.parse([item])(x)[item.name]
+        got = stats.parse([item])(x.to(device))[item.name]
         assert got.dtype == torch.float64 and got.shape == (x.shape[dim],)
-        np.testing.assert_allclose(got.numpy(), _reference(x.numpy(), stat, dim), rtol=1e-12)
+        np.testing.assert_allclose(got.cpu().numpy(), _reference(x.numpy(), stat, dim), rtol=1e-12)
 
 
 @pytest.mark.parametrize(
