@@ -8,11 +8,20 @@ import webbrowser
 from pathlib import Path
 
 from .api import load
+from .errors import TensorTrackerError
 from .export import report
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line: `view PATH [--out FILE] [--no-open] [--recover]`."""
+    """The command line: `view PATH [--out FILE] [--no-open] [--recover] [--debug]`. An
+    error prints its message to stderr and exits with status 1; `--debug` shows its
+    traceback instead.
+
+    Example:
+        >>> main(["view", "runs/today", "--no-open"])  # doctest: +SKIP
+        runs/today/report.html
+        0
+    """
     parser = argparse.ArgumentParser(prog="python -m tensor_tracker")
     commands = parser.add_subparsers(dest="command", required=True)
     view = commands.add_parser("view", help="write (and open) the HTML report of a recording")
@@ -20,9 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     view.add_argument("--out", type=Path, help="the HTML file (default: PATH/report.html)")
     view.add_argument("--no-open", action="store_true", help="do not open a browser")
     view.add_argument("--recover", action="store_true", help="read a truncated recording")
+    view.add_argument("--debug", action="store_true", help="show the traceback of an error")
     args = parser.parse_args(argv)
-    recording = load(args.path, recover=args.recover)
-    out = report(recording, args.out or args.path / "report.html", title=args.path.name)
+    try:
+        recording = load(args.path, recover=args.recover)
+        out = report(recording, args.out or args.path / "report.html", title=args.path.name)
+    except TensorTrackerError as error:
+        if args.debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     print(out)
     if not args.no_open and not webbrowser.open(out.resolve().as_uri()):
         print(f"no web browser was found to open it: open {out.resolve().as_uri()} yourself")

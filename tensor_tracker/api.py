@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import warnings
 import weakref
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ._files import utf8_safe
 from ._optional import require
 from ._validate import check_bool, check_choices, check_int, check_path, check_type
 from .core.columns import Columns
@@ -32,7 +32,7 @@ from .errors import (
     TensorTrackerError,
     TrackerStateError,
 )
-from .persist.ranks import Part, combined_frame, merge, merged_stats, part_of
+from .persist.ranks import Part, combined_frame, merge, merged_stats, part_of, rank_parts
 from .persist.recording import RecordingWriter, read_recording, spec_of
 from .probe.compare_models import DEFAULT_MAX_BYTES, record_pair
 from .probe.summary import Summary, recorded_summary
@@ -153,6 +153,7 @@ class Tracker(Recorder):
 
         Raises:
             TrackerStateError: `torch.distributed` is not initialised.
+            ArgumentValueError: `dst` is not a rank of the group.
 
         Example:
             >>> everything = t.gather()        # doctest: +SKIP
@@ -165,6 +166,16 @@ class Tracker(Recorder):
             raise TrackerStateError(
                 "gather(): torch.distributed is not initialised in this process; there is "
                 "nothing to gather from (call torch.distributed.init_process_group first)"
+            )
+        ranks = (
+            range(self.world_size)
+            if group is None
+            else torch.distributed.get_process_group_ranks(group)
+        )
+        if dst not in ranks:  # on every rank alike, before the collective
+            raise ArgumentValueError(
+                f"gather(dst={dst}): dst must be the rank of a process in the group "
+                f"({_span(ranks)}), the one that receives the records"
             )
         self._sync()
         part = part_of(self.stashes, self.rank, self.world_size, self.logged)
@@ -252,7 +263,10 @@ class Tracker(Recorder):
             'warm-up over'
         """
         pd = require("pandas", "pandas")
-        rows = [(e.step, e.name, float(e.value), e.text) for e in self.logged]
+        rows = [
+            (e.step, e.name and utf8_safe(e.name), float(e.value), e.text and utf8_safe(e.text))
+            for e in self.logged
+        ]
         frame: pandas.DataFrame = pd.DataFrame(rows, columns=["step", "name", "value", "text"])
         return frame
 
@@ -281,7 +295,7 @@ class Tracker(Recorder):
         check_path(path, "save(path)", "a directory path")
         self._sync()
         existed = Path(path).exists()
-        writer = RecordingWriter(path, spec_of(self.stashes))
+        writer = RecordingWriter(path, spec_of(self.stashes), what="save(path)")
         try:
             writer.write(self.stashes, self.logged, self.partial_steps)
         except BaseException:
@@ -290,6 +304,13 @@ class Tracker(Recorder):
                 shutil.rmtree(path, ignore_errors=True)
             raise
         writer.close()
+
+
+def _span(ranks: Sequence[int]) -> str:
+    """`ranks` in words: "ranks 0 to 3", or the list when they are not consecutive."""
+    if list(ranks) == list(range(len(ranks))):
+        return f"ranks 0 to {len(ranks) - 1}"
+    return f"ranks {', '.join(map(str, ranks))}"
 
 
 def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
@@ -323,7 +344,10 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
 
     Raises:
         RecordingError: not a recording, another format version, or a missing, truncated,
-            corrupted or malformed file (its message names the file and what is wrong).
+            corrupted or malformed file (its message names the file and what is wrong);
+            a run directory whose `rank-N` is a symbolic link or not a directory, or with
+            two entries for one rank (`rank-0`, `rank-00`). Ranks missing between those
+            found are read with a warning naming them.
 
     Example:
         >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
@@ -349,7 +373,7 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
             [e for _, rec in recordings for e in rec.log],
             RecordingError,
         )
-        tracker.world_size = len(parts)
+        tracker.world_size = parts[-1][0] + 1
         tracker.complete = all(rec.complete for _, rec in recordings)
         tracker.partial_steps = sorted({s for _, rec in recordings for s in rec.partial})
         return tracker
@@ -360,20 +384,6 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     tracker.complete = recording.complete
     tracker.partial_steps = recording.partial
     return tracker
-
-
-_RANK_PART = re.compile(r"^rank-(\d+)$")
-
-
-def rank_parts(path: str | os.PathLike[str]) -> list[tuple[int, Path]]:
-    """The `rank-N` recordings in the run directory `path` (what `track(...,
-    stream_to=path)` writes under `torch.distributed`), by rank; empty when `path` is a
-    recording itself or holds none."""
-    root = Path(path)
-    if (root / "recording.json").exists() or not root.is_dir():
-        return []
-    found = [(_RANK_PART.match(p.name), p) for p in root.iterdir() if p.is_dir()]
-    return sorted((int(m.group(1)), p) for m, p in found if m is not None)
 
 
 def track(

@@ -17,7 +17,10 @@ built-ins keeps working:
 - a NaN or infinity recorded under `track(..., on_nonfinite="raise")`: `NonFiniteError`
   (a `FloatingPointError`);
 - a recording on disk that cannot be read (not a recording, a newer format, a truncated
-  file): `RecordingError` (a `ValueError`).
+  file): `RecordingError` (a `ValueError`);
+- a file the library writes that cannot be created or written (a symbolic link or FIFO
+  in its place, a read-only or full disk, a file-size limit): `FileWriteError` (an
+  `OSError`, with its `errno`).
 
 Example:
     >>> from tensor_tracker.errors import ArgumentValueError
@@ -33,6 +36,7 @@ from __future__ import annotations
 __all__ = [
     "ArgumentTypeError",
     "ArgumentValueError",
+    "FileWriteError",
     "MemoryBudgetError",
     "MissingExtraError",
     "NonFiniteError",
@@ -92,3 +96,16 @@ class RecordingError(TensorTrackerError, ValueError):
     """A recording on disk cannot be read as asked: not a recording, written by a newer
     version, or a truncated or corrupted file (the message names the file and what could be
     read)."""
+
+
+class FileWriteError(TensorTrackerError, OSError):
+    """A file tensor_tracker writes (a report, a recording's files) cannot be created or
+    written: something other than a regular file stands at its path (a symbolic link is
+    never written through, a FIFO never opened in a way that could block), or the file
+    system refused (read-only, full, a file-size limit). The message names the file, what
+    happened and what to do; `errno` is the operating system's code when there is one.
+    """
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = code

@@ -29,7 +29,7 @@ LAYERS = (
     "integrations",
     "top",
 )
-UTIL = {"errors", "_validate", "_optional", "_torch_compat"}
+UTIL = {"errors", "_files", "_validate", "_optional", "_torch_compat"}
 OPTIONAL_RENDERING = ("matplotlib", "ipywidgets", "IPython")
 
 # Besides the layer order: what each layer may not import from outside the package.

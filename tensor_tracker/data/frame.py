@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from .._files import utf8_safe
 from .._optional import require
 from .._validate import check_type
 from ..core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, Columns
@@ -109,7 +110,8 @@ def meta_columns(cols: Columns, objects: dict[int, Stash]) -> dict[str, Any]:
         return np.array([*values, ""], dtype=object)[site]
 
     out: dict[str, Any] = {
-        "name": table([s.name for s in sites]),
+        # pandas' str columns (Arrow) hold UTF-8 only: a lone surrogate as its escape.
+        "name": table([utf8_safe(s.name) for s in sites]),
         "type": table([type_name(s.cls) for s in sites]),
         "grad": (flags & GRAD) != 0,
         "call": np.array(cols.call, dtype=np.int64),
@@ -117,14 +119,14 @@ def meta_columns(cols: Columns, objects: dict[int, Stash]) -> dict[str, Any]:
             np.array(cols.step_values, dtype=np.int64),
             np.diff(np.array([*cols.step_rows, n], dtype=np.int64)),
         ),
-        "kind": table([s.kind for s in sites]),
-        "attr": table([s.attr for s in sites]),
+        "kind": table([utf8_safe(s.kind) for s in sites]),
+        "attr": table([utf8_safe(s.attr) for s in sites]),
         "training": (flags & TRAINING) != 0,
     }
     for row, stash in objects.items():
-        out["name"][row], out["type"][row] = stash.name, type_name(stash.type)
+        out["name"][row], out["type"][row] = utf8_safe(stash.name), type_name(stash.type)
         out["grad"][row], out["call"][row], out["step"][row] = stash.grad, stash.call, stash.step
-        out["kind"][row], out["attr"][row] = stash.kind, stash.attr
+        out["kind"][row], out["attr"][row] = utf8_safe(stash.kind), utf8_safe(stash.attr)
         out["training"][row] = stash.training
     return out
 

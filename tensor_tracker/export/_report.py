@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .._files import write_file
 from .._optional import require
 from .._validate import check_path, check_type
 from ..data.compare import Comparison
@@ -291,6 +292,8 @@ def report(
     Raises:
         TypeError: `recording` is not a tracker, or `graph` not a module graph (or both
             are missing).
+        FileWriteError: `path` is a symbolic link, a FIFO or another non-regular file
+            (never written through), or cannot be written (read-only, full disk).
 
     Example:
         >>> tensor_tracker.report(t, "run.html")  # doctest: +SKIP
@@ -298,5 +301,8 @@ def report(
     path = Path(check_path(path, "report(recording, path): path", "an HTML file path"))
     if title is not None:
         check_type(title, str, "report(title=...)", "a str or None (the file name)")
-    path.write_text(page(recording, graph, title or path.stem))
+    text = page(recording, graph, title or path.stem)
+    # A lone surrogate (a name decoded with surrogateescape) as its escape, which is also
+    # what the page's JSON would say.
+    write_file(path, text.encode("utf-8", "backslashreplace"), "report(recording, path)")
     return path

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .._files import write_file
 from .._validate import check_int, check_path, check_type
 from ..errors import ArgumentValueError
 from ..probe.graph import ModuleGraph
@@ -43,7 +44,7 @@ class GraphView:
         """Write the view as a standalone HTML file (opens from disk, no server, no network);
         returns the path."""
         path = Path(check_path(path, "GraphView.save(path)", "an HTML file path"))
-        path.write_text(self.html)
+        write_file(path, self.html.encode("utf-8", "backslashreplace"), "GraphView.save(path)")
         return path
 
 

@@ -25,8 +25,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from .._files import explain, open_for_writing
 from .._optional import require
-from ..errors import ArgumentValueError, RecordingError
+from ..errors import ArgumentValueError, FileWriteError, RecordingError
 
 __all__ = [
     "LOCK",
@@ -94,16 +95,27 @@ class WriterLock:
     """Claims the directory `path` (created if missing) for one writer: an exclusive
     `fcntl.flock` on ``path/writer.lock``, held until `release` or the process ends.
 
+    While held, the lock file keeps `reserve` bytes of the disk (`free` gives them back):
+    on a disk that filled up, they are what lets the writer still close the recording
+    (rewrite ``recording.json``) instead of leaving it looking killed.
+
     Raises:
         ArgumentValueError: another writer (this process or another) holds it.
+        FileWriteError: the directory or the lock file cannot be created (read-only file
+            system, ...) or something other than a regular file stands at ``writer.lock``
+            (`what` names the argument in the message).
     """
 
-    def __init__(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, what: str = "stream_to=") -> None:
         try:
-            self._fd: int | None = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
+            path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise ArgumentValueError(f"{path}: cannot create {LOCK} ({error})") from error
+            raise FileWriteError(
+                f"{what}: cannot create the directory {path}: {explain(error, path)}; choose "
+                "a writable place",
+                error.errno,
+            ) from error
+        self._fd: int | None = open_for_writing(path / LOCK, what, truncate=False)
         if not _try_lock(self._fd, exclusive=True):
             os.close(self._fd)
             self._fd = None
@@ -112,9 +124,25 @@ class WriterLock:
                 "choose a new directory"
             )
 
-    def release(self) -> None:
-        """Let the directory go (idempotent)."""
+    def reserve(self, size: int) -> None:
+        """Hold `size` bytes of the disk in the lock file (incompressible, so that a
+        compressing file system keeps them too)."""
+        assert self._fd is not None
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        view = memoryview(os.urandom(size))
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def free(self) -> None:
+        """Give the reserved bytes back to the disk."""
         if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+
+    def release(self) -> None:
+        """Let the directory go, its reserve freed (idempotent)."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
             _unlock(self._fd)
             os.close(self._fd)
             self._fd = None
@@ -138,14 +166,13 @@ def writer_alive(path: Path) -> bool:
 
 
 class AppendFile:
-    """A file (created empty) the writer appends to; `committed` is its length at the last
-    commit, `rollback` cuts it back there."""
+    """A file (created empty, see `open_for_writing`; `new`: it must not exist yet) the
+    writer appends to; `committed` is its length at the last commit, `rollback` cuts it
+    back there. `what` names the argument in messages."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, what: str = "stream_to=", new: bool = False) -> None:
         self.path = path
-        self._fd: int | None = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644
-        )
+        self._fd: int | None = open_for_writing(path, what, new=new)
         self.committed = 0
 
     @classmethod

@@ -16,8 +16,12 @@ rank did not record is NaN on that rank's rows.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import warnings
 from array import array
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,15 +31,24 @@ from .._optional import require
 from ..core.columns import OBJECT, REFS, STASH, Columns
 from ..core.records import LogEntry
 from ..data.frame import type_name
-from ..errors import ArgumentValueError, TensorTrackerError
+from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, StatsFn
 from ..stats.kernels import F64, NAN
 from ..stats.layout import Layout
 from ..stats.spec import CustomName
 from ..stats.store import StatsStore
 from .recording import module_class
+from .recording_codec import META
 
-__all__ = ["Part", "combined_frame", "merge", "merged_stats", "part_of", "stats_fn_of"]
+__all__ = [
+    "Part",
+    "combined_frame",
+    "merge",
+    "merged_stats",
+    "part_of",
+    "rank_parts",
+    "stats_fn_of",
+]
 
 
 @dataclasses.dataclass
@@ -353,3 +366,58 @@ def combined_frame(columns: Columns, ranks: Sequence[int], stats_names: Sequence
     for name, column in derived.items():
         frame[name] = column.tolist() if column.dim() == 2 else column.numpy()
     return frame
+
+
+_RANK_PART = re.compile(r"rank-(\d+)")
+
+
+def rank_parts(path: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """The `rank-N` recordings in the run directory `path` (what `track(...,
+    stream_to=path)` writes under `torch.distributed`), by rank; empty when `path` is a
+    recording itself or holds none. A run directory from someone else is untrusted input:
+    each part must be a directory inside it (not a symbolic link, which could lead to any
+    recording on the machine), one per rank. Ranks missing between them (`rank-0` and
+    `rank-5` only) are read with a warning naming the missing ones.
+
+    Raises:
+        RecordingError: a `rank-N` entry is a symbolic link or not a directory, or two
+            entries name one rank (`rank-0` and `rank-00`).
+    """
+    root = Path(path)
+    if os.path.lexists(root / META) or not root.is_dir():
+        return []
+    found: dict[int, Path] = {}
+    with os.scandir(root) as entries:
+        for entry in entries:
+            match = _RANK_PART.fullmatch(entry.name)
+            if match is None:
+                continue
+            part = root / entry.name
+            if entry.is_symlink():
+                raise RecordingError(
+                    f"{part} is a symbolic link; a run directory holds its ranks' recordings "
+                    "themselves: load the recording it points to by its own path, or put it "
+                    "in its place"
+                )
+            if not entry.is_dir(follow_symlinks=False):
+                raise RecordingError(f"{part} is not a directory, not a rank's recording")
+            rank = int(match.group(1))
+            if rank in found:
+                raise RecordingError(
+                    f"{root}: {found[rank].name} and {entry.name} both name rank {rank}; "
+                    "remove the one that is not from this run"
+                )
+            found[rank] = part
+    ranks = sorted(found)
+    # The gaps between the ranks found, as ranges (a hostile rank-999999999 costs nothing).
+    gaps = [(a + 1, b - 1) for a, b in zip([-1, *ranks], ranks, strict=False) if b > a + 1]
+    if gaps:
+        missing = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps)
+        warnings.warn(
+            f"{root}: no recording of rank(s) {missing}: read the {len(ranks)} rank(s) there "
+            f"(world_size {ranks[-1] + 1}); a rank whose rank-N directory was removed or "
+            "never written is missing from every frame",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return [(rank, found[rank]) for rank in ranks]

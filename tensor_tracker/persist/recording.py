@@ -15,7 +15,9 @@ Format (`FORMAT`, version `VERSION` = 2), a directory holding:
     fields as ``json.dumps(fields, sort_keys=True, separators=(",", ":"))``. Replaced
     whole (written to a temporary name, then renamed).
 ``writer.lock``
-    Empty. The writer holds an exclusive ``fcntl.flock`` on it from before it writes
+    Empty once the writer closed. While it writes, it holds 64 KiB more than
+    ``recording.json`` of random bytes there, given back when a write fails: the room to
+    still close the recording on a disk that filled up. The writer holds an exclusive ``fcntl.flock`` on it from before it writes
     anything until it closes; the kernel releases it when the process ends however it ends
     (``kill -9`` too), so "is a writer still appending?" never depends on a pid. Claiming
     the lock is what makes a second writer on the same directory fail at once.
@@ -65,9 +67,13 @@ exception in between (`KeyboardInterrupt` too) cuts every file back to the last 
 before it propagates, so a step is written whole or not at all. `RecordingWriter.pause`
 (the end of a `with` block) marks the recording complete, closes its files and releases
 the lock; the next `write` claims the lock again and appends after the last commit. A
-writer's methods may be called from several threads: they take turns. A full disk
-(``ENOSPC``) does the same, then closes the recording (which stays loadable) and raises
-one `RecordingError` naming the directory and its free space.
+writer's methods may be called from several threads: they take turns. A write error (a
+full disk, a file-size limit, ...) cuts back the same way, then closes the recording
+(which stays loadable and complete) and raises one `RecordingError` naming the directory
+and what happened (the free space of a full disk, the limit of ``RLIMIT_FSIZE``). Every
+file is created without following a symbolic link or blocking on a FIFO (see
+`tensor_tracker._files`): a directory in which someone planted those is refused with a
+`FileWriteError`.
 
 Reading: a reader checks, before it allocates anything sized by the file, that every
 file is a regular file inside the directory (``..``, absolute paths and symbolic links
@@ -93,12 +99,10 @@ is from the older format.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import importlib.metadata
 import json
 import os
 import re
-import shutil
 import socket
 import threading
 import uuid
@@ -112,11 +116,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._files import explain, make_dir, utf8_safe, write_file
 from .._optional import require
 from ..core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, TUPLE, Columns, Site
 from ..core.records import LogEntry, Stash
 from ..data.frame import type_name
-from ..errors import ArgumentValueError, RecordingError
+from ..errors import ArgumentValueError, FileWriteError, RecordingError
 from ..stats import StatsFn
 from ..stats.store import StatsStore
 from .integrity import (
@@ -161,7 +166,7 @@ __all__ = [
 FORMAT = "tensor_tracker.recording"
 VERSION = 2
 _MAX_META = 1 << 20  # bytes of recording.json
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_RESERVE = 1 << 16  # bytes kept besides recording.json's size (see writer.lock)
 
 
 def _require_arrow() -> Any:
@@ -184,6 +189,7 @@ class RecordingWriter:
             be claimed by another writer (claimed atomically: of two writers starting on one
             directory, one fails).
         stats: the statistics `Layout` spec of the records (`None` without `stats=`).
+        what: the argument `path` came from, for messages.
 
     Call `write(columns, log)` with the records and log entries to append (one commit;
     they stay where they are), `pause()` at the end of a `with` block (marks the recording
@@ -193,13 +199,18 @@ class RecordingWriter:
 
     Raises:
         ArgumentValueError: `path` holds a recording or another writer is writing it.
+        FileWriteError: `path` cannot be written (read-only, full) or holds a symbolic
+            link, FIFO or other non-regular file where a file of the recording goes.
     """
 
-    def __init__(self, path: str | os.PathLike[str], stats: tuple[Any, ...] | None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], stats: tuple[Any, ...] | None, what: str = "stream_to="
+    ) -> None:
         pa = _require_arrow()
         require("safetensors", "save")
         self.path = Path(path)
-        self._lock = WriterLock(self.path)  # before anything is read or written
+        self._what = what
+        self._lock = WriterLock(self.path, what)  # before anything is read or written
         self._open: dict[str, AppendFile] = {}
         self._turns = threading.RLock()
         self._paused: dict[str, int] | None = None  # while paused: each file's length
@@ -220,9 +231,9 @@ class RecordingWriter:
             self.commits = 0
             """How many commits are on disk (a caller compares it around `write` to know
             whether an interrupted write landed)."""
-            self._open[JOURNAL] = AppendFile(self.path / JOURNAL)
+            self._open[JOURNAL] = AppendFile(self.path / JOURNAL, what)
             self._complete = False
-            self._write_meta(complete=False)
+            self._lock.reserve(self._write_meta(complete=False) + _RESERVE)
         except BaseException:
             _close_files(self._open, self._lock)
             raise
@@ -235,7 +246,8 @@ class RecordingWriter:
         # `pause` and `close` release everything themselves, and detach it.
         return weakref.finalize(self, _close_files, self._open, self._lock)
 
-    def _write_meta(self, complete: bool) -> None:
+    def _write_meta(self, complete: bool) -> int:
+        """Replace recording.json; returns its size."""
         try:
             version = importlib.metadata.version("tensor-tracker")
         except importlib.metadata.PackageNotFoundError:
@@ -252,19 +264,21 @@ class RecordingWriter:
             "tensor_tracker": version,
         }
         meta["checksum"] = checksum(canonical(meta))
+        data = json.dumps(meta, indent=1).encode()
         tmp = self.path / f".{META}.tmp"
+        write_file(tmp, data, self._what)
         try:
-            tmp.write_text(json.dumps(meta, indent=1))
             tmp.replace(self.path / META)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
         self._complete = complete
+        return len(data)
 
     def _file(self, name: str) -> AppendFile:
         file = self._open.get(name)
         if file is None:
-            file = self._open[name] = AppendFile(self.path / name)
+            file = self._open[name] = AppendFile(self.path / name, self._what)
         return file
 
     def write(
@@ -331,10 +345,10 @@ class RecordingWriter:
         return pa.record_batch(
             [
                 pa.array(range(self._sites_written, self._sites_written + len(sites)), pa.int32()),
-                pa.array([s.name for s in sites], pa.string()),
-                pa.array([type_name(s.cls) for s in sites], pa.string()),
-                pa.array([s.kind for s in sites], pa.string()),
-                pa.array([s.attr for s in sites], pa.string()),
+                pa.array([utf8_safe(s.name) for s in sites], pa.string()),
+                pa.array([utf8_safe(type_name(s.cls)) for s in sites], pa.string()),
+                pa.array([utf8_safe(s.kind) for s in sites], pa.string()),
+                pa.array([utf8_safe(s.attr) for s in sites], pa.string()),
             ],
             schema=self.schemas[SITES],
         )
@@ -408,9 +422,9 @@ class RecordingWriter:
         return pa.record_batch(
             [
                 pa.array([e.step for e in entries], pa.int64()),
-                pa.array([e.name for e in entries], pa.string()),
+                pa.array([e.name and utf8_safe(e.name) for e in entries], pa.string()),
                 pa.array([float(e.value) for e in entries], pa.float64()),
-                pa.array([e.text for e in entries], pa.string()),
+                pa.array([e.text and utf8_safe(e.text) for e in entries], pa.string()),
             ],
             schema=self.schemas[LOG],
         )
@@ -453,9 +467,9 @@ class RecordingWriter:
             tensors = None
             if tensors_file is not None:
                 folder = self.path / TENSORS
-                folder.mkdir(exist_ok=True)
-                created = folder / tensors_file
-                file = AppendFile(created)
+                make_dir(folder, self._what)
+                file = AppendFile(folder / tensors_file, self._what, new=True)
+                created = file.path
                 try:
                     file.append(data)
                 finally:
@@ -487,18 +501,15 @@ class RecordingWriter:
 
     def _failed(self, error: OSError) -> None:
         """Close after a write error and raise one `RecordingError` saying why."""
-        try:
-            free = f"{shutil.disk_usage(self.path).free:,} bytes free"
-        except OSError:
-            free = "free space unknown"
+        why = str(error) if isinstance(error, FileWriteError) else explain(error, self.path)
+        self._lock.free()  # the room to rewrite recording.json on a full disk
         try:
             self.close()
         except OSError:
             _close_files(self._open, self._lock)  # recording.json then stays "incomplete"
             self.closed = True
-        what = "the disk is full" if error.errno in _DISK_FULL else f"a write failed ({error})"
         raise RecordingError(
-            f"{self.path}: {what} ({free}); the recording was closed with the {self.commits} "
+            f"{self.path}: {why}; the recording was closed with the {self.commits} "
             "commit(s) written before, which load"
         ) from error
 

@@ -208,7 +208,7 @@ def decode(plain: Any, tensors: dict[str, Tensor], layout_fn: StatsFn | None) ->
             raise RecordingError("an $unrecorded value is not two strings")
         return Unrecorded(kind, reason)
     if len(plain) == 1 and isinstance(plain.get("$torch"), str):
-        found = getattr(torch, plain["$torch"].removeprefix("torch."), None)
+        found = vars(torch).get(plain["$torch"].removeprefix("torch."))  # getattr may import
         kinds = (torch.dtype, torch.layout, torch.memory_format)
         return found if isinstance(found, kinds) else plain["$torch"]
     if len(plain) == 1 and isinstance(plain.get("$device"), str):
@@ -293,6 +293,22 @@ def canonical(meta: Mapping[str, Any]) -> bytes:
 _CLASSES: dict[str, type[nn.Module]] = {}
 
 
+def _imported(name: str) -> Any:
+    """What the dotted `name` names inside a module already imported (the longest such
+    prefix; a nested class too), else `None`. Looked up in the namespaces themselves: a
+    `getattr` on a module may import (torch's lazy submodules: `torch._dynamo`,
+    `torch.onnx`, seconds each)."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        found: Any = sys.modules.get(".".join(parts[:cut]))
+        if found is None:
+            continue
+        for part in parts[cut:]:
+            found = getattr(found, "__dict__", {}).get(part)
+        return found
+    return None
+
+
 def module_class(name: str) -> type[nn.Module]:
     """The class a `type` name stands for: the real class when its module is already
     imported (nothing is imported or executed to find it), else a stand-in subclass of
@@ -301,9 +317,7 @@ def module_class(name: str) -> type[nn.Module]:
     if cls is not None:
         return cls
     module_name, _, qualname = name.rpartition(".")
-    found: Any = sys.modules.get(module_name)
-    for part in qualname.split("."):
-        found = getattr(found, part, None) if found is not None else None
+    found = _imported(name)
     if isinstance(found, type) and issubclass(found, nn.Module) and type_name(found) == name:
         cls = found
     else:

@@ -3,9 +3,11 @@ on what the page shows against what was recorded; no network request."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+import signal
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -157,6 +159,67 @@ def test_view_command_writes_the_report_of_a_recording(tmp_path: Path) -> None:
     assert main(["view", str(tmp_path / "run"), "--no-open"]) == 0
     page = (tmp_path / "run" / "report.html").read_text()
     assert '"title":"run"' in page and "half way" in page
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo"])
+def test_view_refuses_a_report_html_planted_in_the_recording(
+    tmp_path: Path, planted: str, capsys: Any
+) -> None:
+    # Issue 35, items 8 and 15: no write through a planted link, no wait on a FIFO, the
+    # message alone (no traceback) and a non-zero exit; --debug shows the traceback.
+    pytest.importorskip("pyarrow")
+    from tensor_tracker.__main__ import main
+
+    _run().save(tmp_path / "run")
+    victim = tmp_path / "bashrc"
+    victim.write_text("precious")
+    if planted == "symlink":
+        (tmp_path / "run" / "report.html").symlink_to(victim)
+    else:
+        os.mkfifo(tmp_path / "run" / "report.html")
+
+    def blocked(signum: int, frame: object) -> None:
+        raise TimeoutError("view blocked on the FIFO")
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(30)
+    try:
+        assert main(["view", str(tmp_path / "run"), "--no-open"]) == 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    out = capsys.readouterr()
+    assert out.err.startswith("error: report(recording, path): ") and "remove it" in out.err
+    assert "Traceback" not in out.err and out.out == ""
+    assert victim.read_text() == "precious"
+    with pytest.raises(tensor_tracker.errors.FileWriteError):
+        main(["view", str(tmp_path / "run"), "--no-open", "--debug"])
+
+
+def test_view_prints_a_load_error_as_its_message(tmp_path: Path, capsys: Any) -> None:
+    from tensor_tracker.__main__ import main
+
+    assert main(["view", str(tmp_path / "nothing"), "--no-open"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "not a recording directory" in err
+    assert "Traceback" not in err
+
+
+def test_names_with_lone_surrogates_reach_the_report(tmp_path: Path) -> None:
+    # Issue 35, item 15: a module, a scalar and a note named with a lone surrogate.
+    model = nn.Sequential()
+    model.add_module("layer\udcff", nn.Linear(2, 2))
+    with track(model, stats=True) as t:
+        model(torch.randn(3, 2)).sum().backward()
+        t.log("loss\udcff", 1.0)
+        t.note("note \ud800")
+        t.step()
+    assert t.to_frame()["name"].tolist()[0] == "layer\\udcff"
+    assert t.log_frame()["name"].tolist()[0] == "loss\\udcff"
+    page = tensor_tracker.report(t, tmp_path / "r.html").read_text()
+    # The module as the frame has it; the scalar and the note as JSON escapes, exactly.
+    for text in ("layer\\udcff", "loss\udcff", "note \ud800"):
+        assert json.dumps(text)[1:-1] in page
 
 
 def test_report_checks_its_recording(tmp_path: Path) -> None:

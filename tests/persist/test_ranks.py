@@ -12,7 +12,7 @@ import torch
 
 import tensor_tracker
 from tensor_tracker import Stash, Tracker, track
-from tensor_tracker.errors import RecordingError, TrackerStateError
+from tensor_tracker.errors import ArgumentValueError, RecordingError, TrackerStateError
 from tensor_tracker.persist.ranks import merge, part_of
 from tests.helpers import batch, tiny_model, train
 
@@ -160,3 +160,35 @@ def test_ranks_with_copies_and_ranks_with_statistics_do_not_merge(tmp_path: Path
         t.save(tmp_path / f"rank-{r}")
     with pytest.raises(RecordingError, match="rank 1 recorded full copies"):
         tensor_tracker.load(tmp_path)
+
+
+# -- issue 35, item 11: a run directory is checked before it is read ---------------------
+
+
+def test_a_run_directory_with_missing_ranks_warns_and_a_duplicate_is_refused(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    for rank in (0, 5, 6):
+        _run(rank, stats=True).save(run / f"rank-{rank}")
+    with pytest.warns(RuntimeWarning, match=r"no recording of rank\(s\) 1-4: read the 3"):
+        loaded = tensor_tracker.load(run)
+    assert loaded.world_size == 7
+    assert sorted(set(loaded.to_frame()["rank"])) == [0, 5, 6]
+    _run(0, stats=True).save(run / "rank-00")
+    with pytest.raises(RecordingError, match=r"rank-0+ and rank-0+ both name rank 0"):
+        tensor_tracker.load(run)
+
+
+def test_gather_refuses_a_dst_outside_the_group(tmp_path: Path) -> None:
+    import torch.distributed as dist
+
+    store = tmp_path / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    try:
+        t = _run(0, stats=True)
+        with pytest.raises(ArgumentValueError, match=r"gather\(dst=5\).*ranks 0 to 0"):
+            t.gather(dst=5)
+        assert t.gather(dst=0) is not None
+    finally:
+        dist.destroy_process_group()

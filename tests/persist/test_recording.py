@@ -27,6 +27,7 @@ from tensor_tracker.core.structure import iter_tensors
 from tensor_tracker.data.frame import type_name
 from tensor_tracker.errors import ArgumentValueError, RecordingError
 from tensor_tracker.stats import Stats
+from tests.persist.recording_files import craft, replace_column
 
 pytest.importorskip("pyarrow")
 
@@ -349,3 +350,53 @@ def test_a_hugging_face_model_with_its_cache_round_trips(tmp_path: Path) -> None
             import pandas as pd
 
             pd.testing.assert_frame_equal(t.to_frame(), loaded.to_frame())
+
+
+# -- issue 35 ----------------------------------------------------------------------------
+
+
+def test_names_with_lone_surrogates_are_streamed_and_loaded(tmp_path: Path) -> None:
+    model = nn.Sequential()
+    model.add_module("layer\udcff", nn.Linear(2, 2))
+    with track(model, stats=True, stream_to=tmp_path / "run") as t:
+        model(torch.randn(3, 2)).sum().backward()
+        t.log("loss\udcff", 1.0)
+        t.note("note \ud800")
+        t.step()
+    run = load(tmp_path / "run")
+    assert set(run.to_frame()["name"]) == {"", "layer\\udcff"}
+    assert run.log_frame()[["name", "text"]].fillna("").values.tolist() == [
+        ["loss\\udcff", ""],
+        ["", "note \\ud800"],
+    ]
+
+
+def test_load_imports_no_module_a_recording_names(tmp_path: Path) -> None:
+    # Issue 35, item 12: classes and torch values named after torch's lazily imported
+    # submodules (seconds each to import) resolve only from what is imported already.
+    class Lazy(nn.Module):
+        def forward(self, x: Tensor) -> Tensor:
+            return x.to(torch.float64)
+
+    Lazy.__module__, Lazy.__qualname__ = "torch", "_dynamo"
+    model = nn.Sequential(Lazy())
+    with track(model) as t:
+        model(torch.randn(2))
+    t.save(tmp_path / "run")
+    craft(
+        tmp_path / "run",
+        "records.blocks",
+        lambda _, table: replace_column(table, "value", ['{"$torch": "torch.onnx"}'] * len(table)),
+    )
+    script = f"""
+import sys, tensor_tracker
+lazy = ("torch._dynamo", "torch.onnx", "torch._inductor", "sympy")
+before = [m for m in lazy if m in sys.modules]
+t = tensor_tracker.load({str(tmp_path / "run")!r})
+print(before, [m for m in lazy if m in sys.modules], t[0].type.__qualname__, t[0].value)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "[]", "_dynamo", "torch.onnx"]

@@ -6,9 +6,11 @@ seed), bounded in time (a fixed number of small loads) and memory (checked)."""
 
 from __future__ import annotations
 
+import os
 import random
 import resource
 import shutil
+import signal
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import torch
 from torch import nn
 
 from tensor_tracker import load, stats, track
-from tensor_tracker.errors import RecordingError
+from tensor_tracker.errors import RecordingError, TensorTrackerError
 from tests.persist.recording_files import journal, signature
 
 pytest.importorskip("pyarrow")
@@ -108,3 +110,66 @@ def test_damaged_recordings_load_whole_or_raise_recording_error(tmp_path: Path, 
     assert outcomes["error"] > 10 * outcomes["same"]
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown_kib < 512 * 1024, f"peak memory grew by {grown_kib} KiB"
+
+
+# -- issue 35: symbolic links and FIFOs planted where a recording is read or written -----
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_a_run_directory_whose_rank_is_a_symbolic_link_is_refused(
+    tmp_path: Path, inside: bool
+) -> None:
+    run = tmp_path / "run"
+    _record(run / "rank-0", "statistics")
+    _record(tmp_path / "outside", "statistics")
+    (run / "rank-1").symlink_to(run / "rank-0" if inside else tmp_path / "outside")
+    with pytest.raises(RecordingError, match="rank-1 is a symbolic link"):
+        load(run)
+
+
+# Every name a writer creates in its directory (the tensors file of the first commit too).
+PLANTED = [
+    "writer.lock",
+    "recording.json",
+    ".recording.json.tmp",
+    "journal",
+    "sites.blocks",
+    "records.blocks",
+    "log.blocks",
+    "tensors",
+    "tensors/000000.safetensors",
+]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+@pytest.mark.parametrize("name", PLANTED)
+def test_links_and_fifos_planted_in_the_output_directory_are_refused(
+    tmp_path: Path, name: str, kind: str
+) -> None:
+    run = tmp_path / "run"
+    (run / name).parent.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    if name == "tensors":
+        victim.mkdir()
+    else:
+        victim.write_text("precious")
+    if kind == "symlink":
+        (run / name).symlink_to(victim)
+    else:
+        os.mkfifo(run / name)
+
+    def blocked(signum: int, frame: object) -> None:
+        raise TimeoutError(f"the writer blocked on the FIFO {name}")
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(30)
+    try:
+        with pytest.raises(TensorTrackerError, match=rf"{name}|recording"):
+            _record(run, "copies")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    if name == "tensors":
+        assert list(victim.iterdir()) == []
+    else:
+        assert victim.read_text() == "precious"

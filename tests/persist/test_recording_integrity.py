@@ -26,9 +26,10 @@ from torch import nn
 
 import tensor_tracker
 from tensor_tracker import load, track
-from tensor_tracker.errors import ArgumentValueError, RecordingError
+from tensor_tracker.errors import ArgumentValueError, FileWriteError, RecordingError
 from tensor_tracker.persist import integrity
 from tensor_tracker.persist.recording import RecordingWriter
+from tests.helpers import hook_count
 from tests.persist.recording_files import (
     craft,
     journal,
@@ -519,6 +520,89 @@ def test_on_disk_full_warn_stops_recording_and_training_goes_on(
     assert sorted(set(_quiet_load(path).to_frame()["step"])) == [0, 1]
     with pytest.raises(ArgumentValueError, match="on_disk_full"):
         track(model, on_disk_full="ignore")
+
+
+class _Disk:
+    """A disk with `free` bytes left: `os.write` takes from them (ENOSPC when a write does
+    not fit), `os.ftruncate` gives back what it cuts off."""
+
+    def __init__(self, monkeypatch: Any, free: int) -> None:
+        self.free = free
+        real_write, real_truncate = os.write, os.ftruncate
+
+        def write(fd: int, data: Any) -> int:
+            if len(data) > self.free:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.free -= len(data)
+            return real_write(fd, data)
+
+        def truncate(fd: int, length: int) -> None:
+            self.free += max(os.fstat(fd).st_size - length, 0)
+            real_truncate(fd, length)
+
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "ftruncate", truncate)
+
+
+def test_a_completely_full_disk_still_closes_the_recording(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # Issue 35, item 14: with no byte left, recording.json could not be rewritten and the
+    # run looked killed; the writer's reserve makes room to close it.
+    path = tmp_path / "run"
+    model = _model()
+    disk_full = pytest.raises(RecordingError, match="the disk is full")
+    with disk_full, track(model, stats=True, stream_to=path) as t:
+        for step in range(4):
+            model(torch.randn(3, 4)).sum().backward()
+            if step == 2:
+                _Disk(monkeypatch, free=0)
+            t.step()
+    monkeypatch.undo()
+    run = _quiet_load(path)  # no "killed or crashed" warning
+    assert run.complete and sorted(set(run.to_frame()["step"])) == [0, 1]
+    assert (path / "writer.lock").stat().st_size == 0  # the reserve is given back
+
+
+def test_a_file_size_limit_is_not_called_a_full_disk(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import resource, signal, torch
+        from torch import nn
+        import tensor_tracker
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
+        model = nn.Linear(256, 256)
+        try:
+            with tensor_tracker.track(model, stream_to={str(tmp_path / "run")!r}) as t:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+                model(torch.randn(256, 256)).sum().backward()  # 256 KiB copies
+                t.step()
+        except tensor_tracker.errors.RecordingError as error:
+            print(error)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "file-size limit of this process (100,000 bytes, RLIMIT_FSIZE" in done.stdout
+    assert "disk is full" not in done.stdout
+
+
+def test_stream_to_on_a_read_only_file_system_is_a_clear_error(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    def read_only(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    model = _model()
+    monkeypatch.setattr(os, "mkdir", read_only)
+    with pytest.raises(
+        FileWriteError, match=r"stream_to=: cannot create .*: the file system is read-only"
+    ):
+        track(model, stream_to=tmp_path / "new" / "run")
+    monkeypatch.undo()
+    assert hook_count(model) == 0
 
 
 def test_a_recording_round_trips_exactly(tmp_path: Path) -> None:
