@@ -94,6 +94,10 @@ def _while_step_writes(
                     monkeypatch.setattr(integrity.AppendFile, "append", in_the_middle)
                 t.step()
                 monkeypatch.setattr(integrity.AppendFile, "append", real)
+                if step == 1:
+                    # The other thread's call, which waited for step 1's write, ends before
+                    # step 2 records anything, however slowly the machine runs it.
+                    thread.join(timeout=60)
         finally:
             go.set()
             thread.join(timeout=60)
