@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from .._torch_compat import forget_compiled_code, graph_task_id, queue_at_end_of_backward
 from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
+from .grad_hooks import stand_in, view_replay
 from .graph_sink import emit_op, mark_trace_constant, new_sink_key, open_sink
 from .hooks import EagerHooks, Registration
 from .options import Options
@@ -98,9 +99,9 @@ class CompiledHooks(EagerHooks):
         its length). What it cannot trace (a non-tensor or empty output, a leaf whose
         gradient is recorded) runs eagerly, behind a graph break.
 
-        As in eager mode (`grad_hooks.Tap`), the gradient of an output that is a view of a
-        tensor of the same size (`nn.Linear`'s output for a 3-D input) is read from that
-        tensor when the view's own hook does not fire (the view was modified in place)."""
+        The gradient of an output that is a view is read as in eager mode, by the one rule
+        `grad_hooks.stand_in`: its base's gradient, cut to the view, stands in when the
+        view's own hook does not fire (the view was modified in place)."""
         site = self._site(reg, "output", "")
         self._site_regs[site] = reg
         fn = self._graph_fn
@@ -133,16 +134,16 @@ class CompiledHooks(EagerHooks):
                 return
             # A hook on a leaf (a module returning a parameter or its input) would be
             # registered for good, outside the graph: that one takes the eager path.
-            if (
-                not isinstance(output, Tensor)
-                or output.numel() == 0
-                or (reg.grad and output.requires_grad and output.is_leaf)
-            ):
+            if not isinstance(output, Tensor) or output.numel() == 0:
+                eager(module, args, kwargs, output)
+                return
+            hooked = reg.grad and output.requires_grad
+            if hooked and output.is_leaf:
                 eager(module, args, kwargs, output)
                 return
             call_id = traced_call()  # a constant in the compiled graph
             what = _OUTPUT
-            if reg.grad and output.requires_grad:
+            if hooked:
                 what = _HOOKED_OUTPUT
 
                 # Both return the gradient unchanged: under compiled autograd a hook that
@@ -151,13 +152,18 @@ class CompiledHooks(EagerHooks):
                     emit(fn.graph_raw(grad), sink, site, call_id, grad.numel(), GRAD, _OUTPUT_GRAD)
                     return grad
 
-                def base_hook(grad: Tensor) -> Tensor:
-                    emit(fn.graph_raw(grad), sink, site, call_id, grad.numel(), GRAD, _BASE_GRAD)
-                    return grad
-
                 output.register_hook(grad_hook)  # type: ignore[no-untyped-call]
-                base = output._base
-                if base is not None and base.requires_grad and base.numel() == output.numel():
+                base = stand_in(output)
+                if base is not None:
+                    cut = view_replay(output, base)
+
+                    def base_hook(grad: Tensor) -> Tensor:
+                        part = cut(grad)
+                        emit(
+                            fn.graph_raw(part), sink, site, call_id, part.numel(), GRAD, _BASE_GRAD
+                        )
+                        return grad
+
                     base.register_hook(base_hook)  # type: ignore[no-untyped-call]
             flags = TRAINING if training else 0
             emit(fn.graph_raw(output), sink, site, call_id, output.numel(), flags, what)
@@ -220,7 +226,7 @@ class CompiledHooks(EagerHooks):
             return  # no call of this tracker's awaits it (e.g. it ran before `with`)
         # The view's own hook fires unless the view was modified in place; its base's fires
         # either way: the first of the two in this pass is recorded (both carry the same
-        # values, unless the base has other uses than the view: see `grad_hooks`).
+        # values, unless the base has other uses than the view: see `stand_in`).
         if from_base:
             awaiting.base_task = task
             first = awaiting.output_task != task

@@ -6,9 +6,9 @@ autograd details make "the gradient of this tensor" harder than `tensor.register
 - **Views.** A hook on a view that is later modified in place (`h += x` on `nn.Linear`'s
   output for a 3-D input, which is a view of a 2-D matmul result) never fires: the in-place
   op routes the gradient around the view's node, through a `CopySlices` node into the
-  base's node. `Tap` hooks the view itself (exact whenever the view's node is used) and
-  its base as a fallback, sliced to the view, used only when the view's storage was
-  modified in place and the view's own hook did not fire. That fallback is exact when the
+  base's node. `stand_in` decides what reads such a view's gradient instead, for eager
+  mode (`Tap`) and compiled graphs (`CompiledHooks`) alike: its base's gradient, cut to
+  the view, when the view's own hook did not fire. That is exact when the
   base has no use besides this view (as for `nn.Linear`'s internal matmul result).
 - **Several tensors per call.** One gradient stash per module call holds every output
   tensor's gradient. `Gather` collects them per backward pass (autograd graph task) and
@@ -36,10 +36,13 @@ from .records import Unrecorded
 __all__ = [
     "Gather",
     "Tap",
+    "ViewSlice",
     "handle_is_dead",
     "hook_grad",
     "hook_grad_all",
+    "stand_in",
     "unrecordable",
+    "view_replay",
 ]
 
 
@@ -102,39 +105,111 @@ def hook_grad_all(tensor: Tensor, callbacks: list[GradCallback]) -> Any:
     return node.register_prehook(pre_hook)
 
 
+def stand_in(tensor: Tensor) -> Tensor | None:
+    """The tensor whose gradient stands in for `tensor`'s where `tensor`'s own hook does
+    not fire: the one rule that both the eager path (`Tap`) and the compiled one
+    (`CompiledHooks._graph_hook`) follow.
+
+    None when `tensor` is not a view of a tensor that requires grad, or is a view of a leaf
+    (autograd refuses to modify such a view in place, so its own hook always fires): then
+    `tensor`'s own hook alone reads its gradient, exactly. Otherwise the view's base, hooked besides
+    `tensor`: the view's part of the base's gradient is recorded in a backward pass where
+    the view's own hook did not deliver first (the view was modified in place, so the
+    gradient went around the view's node). Eager mode also reads the base's version
+    counter, and records nothing when the storage was not modified (the view then got no
+    gradient); a compiled graph cannot read it. The part is exact when the base has no use
+    besides the view (as `nn.Linear`'s matmul result for a 3-D input).
+
+    Example:
+        >>> h = torch.ones(3, 4, requires_grad=True) * 2
+        >>> stand_in(h[:, :2]) is h, stand_in(h)
+        (True, None)
+    """
+    base = tensor._base  # None unless a view
+    if base is None or not base.requires_grad or base.is_leaf:
+        return None
+    return base
+
+
+class ViewSlice:
+    """Cuts a view's part out of its base's gradient, by the view's geometry (sizes,
+    strides and offset in the base's storage, dtype), taken when the view is hooked: the
+    view itself may be gone when the gradient comes."""
+
+    __slots__ = ("_geometry",)
+
+    def __init__(self, view: Tensor, base: Tensor) -> None:
+        self._geometry = (
+            view.size(),
+            view.stride(),
+            view.storage_offset(),
+            view.dtype,
+            base.stride(),
+            base.storage_offset(),
+        )
+
+    def __call__(self, grad: Tensor) -> Tensor:
+        """The part of `grad`, a gradient of the base, that belongs to the view."""
+        size, stride, offset, dtype, base_stride, base_offset = self._geometry
+        if grad.stride() != base_stride:  # rare: lay the gradient out like the base
+            grad = torch.empty_strided(
+                grad.size(), base_stride, dtype=grad.dtype, device=grad.device
+            ).copy_(grad)
+        if dtype != grad.dtype:
+            # A view that reinterprets the base's dtype (torch.view_as_real,
+            # Tensor.view(dtype)): offsets are counted in elements of each tensor's dtype.
+            base_itemsize = grad.element_size()
+            if grad.is_complex() and not dtype.is_complex:
+                grad = torch.view_as_real(grad)
+            elif dtype.is_complex and not grad.is_complex():
+                grad = torch.view_as_complex(grad)
+            else:
+                grad = grad.view(dtype)
+            base_offset = base_offset * base_itemsize // grad.element_size()
+        return grad.as_strided(size, stride, grad.storage_offset() + offset - base_offset)
+
+
+def view_replay(view: Tensor, base: Tensor) -> Callable[[Tensor], Tensor]:
+    """What a compiled graph's hook cuts a view's part out of its base's gradient with,
+    instead of `ViewSlice`: Dynamo cannot trace `storage_offset()`, but traces the view's own
+    ops replayed on the gradient (`Tensor._view_func`). They replay only on a tensor of the
+    base's geometry, so the gradient is laid out like the base first."""
+    size, stride = base.size(), base.stride()
+
+    def cut(grad: Tensor) -> Tensor:
+        like_base = torch.empty_strided(size, stride, dtype=grad.dtype, device=grad.device)
+        part: Tensor = view._view_func(like_base.copy_(grad))  # type: ignore[attr-defined]
+        return part
+
+    return cut
+
+
 class Tap:
     """Delivers d loss / d `tensor` (as returned, before later in-place changes) to its
-    callbacks, once per backward pass; see the module docstring for views."""
+    callbacks, once per backward pass; see `stand_in` for views."""
 
-    __slots__ = ("_base_ref", "_done_task", "_geometry", "_version", "callbacks", "handles")
+    __slots__ = ("_base_ref", "_done_task", "_slice", "_version", "callbacks", "handles")
 
     def __init__(self, tensor: Tensor, callbacks: list[GradCallback]) -> None:
         self.callbacks = callbacks
-        base = tensor._base  # None unless a view
-        if base is None or not base.requires_grad:
-            self._geometry: tuple[Any, ...] | None = None
+        base = stand_in(tensor)
+        if base is None:
+            self._slice: ViewSlice | None = None
             self.handles: list[Any] = [hook_grad_all(tensor, callbacks)]
             return
+        self._slice = ViewSlice(tensor, base)
         self._done_task = -1
         # Weak, so the storage is not kept alive: the base's Python object lives as long as
         # the base does (the view holds it), and its version counter, shared with every
         # view, tells whether the storage was modified in place.
         self._base_ref = weakref.ref(base)
         self._version = base._version
-        self._geometry = (
-            tensor.size(),
-            tensor.stride(),
-            tensor.storage_offset(),
-            tensor.dtype,
-            base.stride(),
-            base.storage_offset(),
-        )
         self.handles = [hook_grad(tensor, self._from_view), hook_grad(base, self._from_base)]
 
     @property
     def exact(self) -> bool:
         """Whether the gradient comes from one hook whose node `will_execute` can judge."""
-        return self._geometry is None
+        return self._slice is None
 
     def _deliver(self, grad: Any) -> None:
         for callback in self.callbacks:
@@ -153,33 +228,12 @@ class Tap:
     def _from_base(self, grad: Tensor) -> None:
         if self._done_task == graph_task_id() or not self._modified():
             return  # the view's own hook fired, or the view got no gradient at all
+        assert self._slice is not None
         try:
-            value: Any = _slice_like_view(grad, self._geometry)
+            value: Any = self._slice(grad)
         except Exception as error:  # never break the user's backward()
             value = unrecordable(grad, error)
         self._deliver(value)
-
-
-def _slice_like_view(grad: Tensor, geometry: tuple[Any, ...] | None) -> Tensor:
-    """The part of a base's gradient that belongs to the view described by `geometry`."""
-    assert geometry is not None
-    size, stride, offset, dtype, base_stride, base_offset = geometry
-    if grad.stride() != base_stride:  # rare: lay the gradient out like the base
-        grad = torch.empty_strided(
-            grad.size(), base_stride, dtype=grad.dtype, device=grad.device
-        ).copy_(grad)
-    if dtype != grad.dtype:
-        # A view that reinterprets the base's dtype (torch.view_as_real, Tensor.view(dtype)):
-        # offsets are counted in elements of each tensor's own dtype.
-        base_itemsize = grad.element_size()
-        if grad.is_complex() and not dtype.is_complex:
-            grad = torch.view_as_real(grad)
-        elif dtype.is_complex and not grad.is_complex():
-            grad = torch.view_as_complex(grad)
-        else:
-            grad = grad.view(dtype)
-        base_offset = base_offset * base_itemsize // grad.element_size()
-    return grad.as_strided(size, stride, grad.storage_offset() + offset - base_offset)
 
 
 class Gather:

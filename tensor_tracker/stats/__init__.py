@@ -87,7 +87,12 @@ reduction dtype, `std` and `rms` are inf. `min`, `max`, `abs_max` and `abs_mean`
 IEEE rules (NaN wins, then inf).
 float16/bfloat16/float8 tensors are reduced in float32, integer and bool tensors in float64,
 float32/float64 tensors in their own precision (so the squares behind `std`/`rms` of a
-float32 tensor overflow beyond about 1e19).
+float32 tensor overflow beyond about 1e19). The order of the sums, and so the last bits,
+depend on where they run: eagerly on the CPU, `mean` and `std` come from a sum and a sum of
+squares in that precision, combined in float64; on accelerators, and inside a compiled
+graph (`track(torch.compile(model), stats=True)`) on every device, from `torch.std_mean`,
+rounded to that precision. The two agree to it (about 1e-7 relative for float32 tensors),
+not bit for bit.
 
 Modules, from what a user names to what a hook runs and a table reads:
 
