@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from ._files import utf8_safe
 from ._optional import require
-from ._validate import check_bool, check_choices, check_int, check_path, check_type
+from ._validate import check_bool, check_choices, check_count, check_int, check_path, check_type
 from .core.columns import Columns
 from .core.dist import gather_objects
 from .core.options import Options
@@ -32,7 +32,15 @@ from .errors import (
     TensorTrackerError,
     TrackerStateError,
 )
-from .persist.ranks import Part, combined_frame, merge, merged_stats, part_of, rank_parts
+from .persist.ranks import (
+    Part,
+    combined_frame,
+    merge,
+    merged_stats,
+    part_of,
+    rank_parts,
+    spec_names,
+)
 from .persist.recording import RecordingWriter, read_recording, spec_of
 from .probe.compare_models import DEFAULT_MAX_BYTES, record_pair
 from .probe.summary import Summary, recorded_summary
@@ -117,9 +125,7 @@ class Tracker(Recorder):
         merged.logged = logged
         if union is not None:
             merged._rank_stats = {
-                (p.rank if isinstance(p, Part) else p[0]): tuple(
-                    i if isinstance(i, str) else i.name for i in spec or ()
-                )
+                (p.rank if isinstance(p, Part) else p[0]): spec_names(spec)
                 for p, spec in zip(parts, specs, strict=True)
             }
         return merged
@@ -313,7 +319,9 @@ def _span(ranks: Sequence[int]) -> str:
     return f"ranks {', '.join(map(str, ranks))}"
 
 
-def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
+def load(
+    path: str | os.PathLike[str], recover: bool = False, max_memory: int | None = None
+) -> Tracker:
     """Read a recording written by `Tracker.save` or `track(..., stream_to=path)`, also
     while that run is still writing it; no pickle is involved, and a recording from someone
     else is read as untrusted input: every file it names must be a regular file inside
@@ -337,24 +345,33 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
     `combined()` for the statistics over all ranks. Ranks that recorded different
     statistics keep their own values, NaN for a statistic a rank did not record.
 
+    Memory is bounded too: a load holds at most 64 times the recording's size on disk
+    (plus 256 MiB), counted as it reads and refused before it is allocated.
+
     Args:
         path: the recording's directory (or a run directory of `rank-N` recordings).
         recover: when a file is truncated or corrupted, read the whole steps before the
             problem and warn (saying what was dropped), instead of raising.
+        max_memory: the bytes a load may hold (of each rank's recording in a run
+            directory), to raise the bound above for a big recording you trust (one that
+            compresses extremely well); `None`: the bound above.
 
     Raises:
-        RecordingError: not a recording, another format version, or a missing, truncated,
-            corrupted or malformed file (its message names the file and what is wrong);
-            a run directory whose `rank-N` is a symbolic link or not a directory, or with
-            two entries for one rank (`rank-0`, `rank-00`). Ranks missing between those
-            found are read with a warning naming them.
+        RecordingError: not a recording, another format version, a missing, truncated,
+            corrupted or malformed file, or one that would take more memory than allowed
+            (its message names the file and what is wrong); a run directory whose `rank-N`
+            is a symbolic link or not a directory, or with two entries for one rank
+            (`rank-0`, `rank-00`). Ranks missing between those found are read with a
+            warning naming them.
 
     Example:
         >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
         >>> t.to_frame()                             # doctest: +SKIP
+        >>> t = tensor_tracker.load("runs/huge", max_memory=64 * 2**30)  # doctest: +SKIP
     """
     check_path(path, "load(path)", "a recording's directory")
     check_bool(recover, "load(recover=...)")
+    check_count(max_memory, "load(max_memory=...)", "bytes a load may hold", optional=True)
     root = Path(path)
     if not root.is_dir():
         what = "a file" if root.exists() else "no such directory"
@@ -365,7 +382,7 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
         )
     parts = rank_parts(path)
     if parts:
-        recordings = [(rank, read_recording(part, recover=recover)) for rank, part in parts]
+        recordings = [(rank, read_recording(part, recover, max_memory)) for rank, part in parts]
         stats = recordings[0][1].stats
         tracker = Tracker._of_ranks(
             get_stash_fn(stats) if stats is not None else None,
@@ -377,7 +394,7 @@ def load(path: str | os.PathLike[str], recover: bool = False) -> Tracker:
         tracker.complete = all(rec.complete for _, rec in recordings)
         tracker.partial_steps = sorted({s for _, rec in recordings for s in rec.partial})
         return tracker
-    recording = read_recording(path, recover=recover)
+    recording = read_recording(path, recover, max_memory)
     tracker = Tracker(get_stash_fn(recording.stats) if recording.stats is not None else None)
     tracker.stashes = recording.columns
     tracker.logged = recording.log

@@ -6,10 +6,12 @@
   `msvcrt.locking` on Windows, untested there), and `writer_alive`, what a reader asks.
 - `AppendFile`: a file the writer appends blocks to, remembering its committed length so
   an interrupted or failed step is cut off again (`rollback`).
-- `commit_line` / `read_commits`: the journal, one line per committed step, each with its
-  own CRC32.
+- `commit_line` / `journal_lines` / `read_commit`: the journal, one line per committed
+  step, each with its own CRC32 (a reader checks and parses each line when it reaches it).
 - `pack` / `unpack`: a block compressed with zstd only when it does not expand more than
   `MAX_RATIO` times, so a reader bounds memory by the file's size before it decompresses.
+- `Budget`: what a load may hold, `MEMORY_RATIO` times the recording's size on disk (plus
+  `MEMORY_SLACK`) unless raised, charged before each allocation.
 - `read_inside`: a file named by a recording read only when it is a regular file inside the
   recording's directory, of a size known before it is read.
 """
@@ -32,14 +34,18 @@ from ..errors import ArgumentValueError, FileWriteError, RecordingError
 __all__ = [
     "LOCK",
     "MAX_RATIO",
+    "MEMORY_RATIO",
+    "MEMORY_SLACK",
     "SLACK",
     "AppendFile",
+    "Budget",
     "WriterLock",
     "checksum",
     "commit_line",
+    "journal_lines",
     "load_json",
     "pack",
-    "read_commits",
+    "read_commit",
     "read_inside",
     "unpack",
     "writer_alive",
@@ -50,6 +56,10 @@ MAX_RATIO = 64
 """A zstd block holds at most `MAX_RATIO` times its stored size (plus `SLACK`); the writer
 stores a block that would compress better uncompressed."""
 SLACK = 1 << 16
+MEMORY_RATIO = 64
+"""A load holds at most `MEMORY_RATIO` times the recording's size on disk (plus
+`MEMORY_SLACK`) unless `load(max_memory=...)` says otherwise: see `Budget`."""
+MEMORY_SLACK = 256 << 20
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _OPEN_READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _NOFOLLOW
 
@@ -237,27 +247,24 @@ def commit_line(record: dict[str, Any]) -> bytes:
     return b"%08x " % checksum(body) + body + b"\n"
 
 
-def read_commits(data: bytes, where: Path) -> tuple[list[dict[str, Any]], str | None, bool]:
-    """The journal's whole, checked lines in order; then why reading stopped before the end
-    (`None`: it did not) and whether that is only a last line without its newline (a writer
-    stopped while appending it)."""
-    commits: list[dict[str, Any]] = []
+def journal_lines(data: bytes) -> tuple[list[bytes], bool]:
+    """The journal's whole lines (each ended by a newline, which is left out), and whether
+    bytes follow the last of them (a line cut short). Nothing is parsed yet: `read_commit`
+    checks a line when the reader reaches it, so a load stops at the first bad one."""
     lines = data.split(b"\n")
-    for number, line in enumerate(lines):
-        last = number == len(lines) - 1
-        if last and not line:
-            return commits, None, False
-        if last:
-            return commits, f"{where}: line {number + 1} is cut short", True
-        problem = _bad_line(line)
-        if problem is None:
-            record = load_json(line[9:], where)
-            if isinstance(record, dict):
-                commits.append(record)
-                continue
-            problem = "is not a JSON object"
-        return commits, f"{where}: line {number + 1} {problem}", False
-    return commits, None, False  # not reached: split() gives at least one item
+    torn = bool(lines.pop())  # split() gives at least one item: what follows the last newline
+    return lines, torn
+
+
+def read_commit(line: bytes, number: int, where: Path) -> dict[str, Any]:
+    """The commit of journal line `number` (from 0), checked: its CRC32, then its JSON."""
+    problem = _bad_line(line)
+    if problem is None:
+        record = load_json(line[9:], where)
+        if isinstance(record, dict):
+            return record
+        problem = "is not a JSON object"
+    raise RecordingError(f"{where}: line {number + 1} {problem}")
 
 
 def _bad_line(line: bytes) -> str | None:
@@ -288,7 +295,7 @@ def pack(raw: bytes | memoryview) -> tuple[bytes | memoryview, bool]:
     return raw, False
 
 
-def unpack(stored: bytes, zstd: bool, size: int, where: str) -> bytes:
+def unpack(stored: bytes | memoryview, zstd: bool, size: int, where: str) -> bytes | memoryview:
     """A block's bytes from what was stored; `size` is its declared length, checked against
     `MAX_RATIO` before anything is allocated."""
     if not zstd:
@@ -353,3 +360,56 @@ def read_inside(root: Path, name: str, limit: int | None = None) -> bytes | None
         raise RecordingError(f"{path} cannot be read ({error})") from error
     finally:
         os.close(fd)
+
+
+class Budget:
+    """The bytes a load may still allocate: `limit`, by default `MEMORY_RATIO` times the
+    recording's size on disk plus `MEMORY_SLACK`. The reader charges what it is about to
+    hold (decompressed bytes, and a cost per record and per byte of text) before it
+    allocates it, so a hostile recording is refused before it exhausts memory.
+
+    Args:
+        root: the recording's directory (its size on disk: `recording.json`, the journal,
+            the blocks files and the tensors files).
+        limit: the bytes a load may hold; `None`: the default above.
+    """
+
+    def __init__(self, root: Path, limit: int | None) -> None:
+        self.root = root
+        self.size = _size_on_disk(root)
+        self.default = limit is None
+        self.limit = MEMORY_RATIO * self.size + MEMORY_SLACK if limit is None else limit
+        self.used = 0
+
+    def charge(self, nbytes: int, where: object) -> None:
+        """Count `nbytes` more, or raise `RecordingError` naming `where` and the limit."""
+        self.used += nbytes
+        if self.used > self.limit:
+            why = (
+                f"{MEMORY_RATIO} times the recording's {self.size:,} bytes on disk plus "
+                f"{MEMORY_SLACK >> 20} MiB"
+                if self.default
+                else "max_memory"
+            )
+            raise RecordingError(
+                f"{where}: loading it would hold more than {self.limit:,} bytes ({why}); "
+                "refused before allocating. For a big recording you trust, raise the limit: "
+                "tensor_tracker.load(path, max_memory=<bytes>)"
+            )
+
+
+def _size_on_disk(root: Path) -> int:
+    """The bytes of the regular files of the recording `root` (links are not followed)."""
+    total = 0
+    for folder in (root, root / "tensors"):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+    return total

@@ -10,7 +10,8 @@ Ranks may have recorded different statistics (`stats=True` on one, `["mean",
 "fp16_overflow"]` on another, only a histogram on a third). Their raw vectors then have
 different layouts, so `merged_stats` builds one layout holding every statistic any rank
 recorded, and `merge` reads each rank's rows with its own layout into it: a statistic a
-rank did not record is NaN on that rank's rows.
+rank did not record is NaN on that rank's rows (an empty vector for statistics per
+channel / per sample).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, StatsFn
 from ..stats.kernels import F64, NAN
 from ..stats.layout import Layout
-from ..stats.spec import CustomName
+from ..stats.spec import Blocks, CustomName, PerAxis
 from ..stats.store import StatsStore
 from .recording import module_class
 from .recording_codec import META
@@ -47,6 +48,7 @@ __all__ = [
     "merged_stats",
     "part_of",
     "rank_parts",
+    "spec_names",
     "stats_fn_of",
 ]
 
@@ -202,12 +204,14 @@ def _append(into: Columns, source: Columns) -> None:
     if refs:
         assert isinstance(source.store, StatsStore) and isinstance(store, StatsStore)
         raw, numel = source.store.table(torch.tensor(list(refs), dtype=torch.int64))
-        vectors = None
+        vectors = source.store.vector_bytes(torch.tensor(list(refs), dtype=torch.int64))
         if source.store.layout.spec != store.layout.spec:
-            # Ranks with different statistics: their vectors are not carried over.
+            # Ranks with different statistics: values and counts into the merged layout,
+            # each vector to its place in it (empty where the rank did not record it).
             raw = _convert(source.store.layout, store.layout, raw, numel)
-        else:
-            vectors = source.store.vector_bytes(torch.tensor(list(refs), dtype=torch.int64))
+            held = dict(zip(source.store.layout.vectors, vectors or (), strict=True))
+            empty: tuple[list[int], bytes] = ([0] * len(refs), b"")
+            vectors = [held.get(name, empty) for name in store.layout.vectors] or None
         first, stride = store.add_host_rows(
             raw.contiguous().numpy().tobytes(), numel.to(torch.int64).numpy().tobytes(), vectors
         )
@@ -242,7 +246,8 @@ def merged_stats(
 
     Raises:
         error: some ranks kept statistics and others full copies, or two ranks recorded
-            histograms of one name with different bins.
+            histograms (or statistics per channel / per sample) of one name configured
+            differently.
     """
     if len(set(specs)) <= 1:
         return None
@@ -258,25 +263,41 @@ def merged_stats(
     seen: dict[str, tuple[int, Any]] = {}
     for rank, spec in enumerate(specs):
         for item in spec or ():
-            name = item.name if isinstance(item, (Histogram, CustomName)) else item
-            if name in seen:
-                first, before = seen[name]
-                if isinstance(item, Histogram) and before != item:
-                    raise error(
-                        f"ranks {first} and {rank} recorded histograms named {name!r} with "
-                        f"different bins ({before} and {item}); their counts cannot share "
-                        "a column: give each configuration its own name"
-                    )
-                continue
-            seen[name] = (rank, item)
-            # Every statistic but the histograms and the element count (which every row
-            # has) is kept as its value, read with the rank's own layout.
-            keep_as_is = isinstance(item, Histogram) or name == "numel"
-            items.append(item if keep_as_is else CustomName(name))
+            # Histograms and vectors per channel / per sample are kept as they are (their
+            # counts and vectors are copied over); each other statistic, block-format
+            # ones included, as its value (read with the rank's own layout), one name
+            # each; the element count, which every row has, as the built-in.
+            for name in _names(item):
+                if isinstance(item, (Histogram, PerAxis)) or name == "numel":
+                    kept = item
+                else:
+                    kept = CustomName(name)
+                if name in seen:
+                    first, before = seen[name]
+                    if isinstance(item, (Histogram, PerAxis)) and before != item:
+                        raise error(
+                            f"ranks {first} and {rank} recorded statistics named {name!r} "
+                            f"configured differently ({before} and {item}); they cannot "
+                            "share a column: give each configuration its own name"
+                        )
+                    continue
+                seen[name] = (rank, item)
+                items.append(kept)
     try:
         return stats_fn_of(tuple(items))
     except ArgumentValueError as clash:  # e.g. a custom statistic named like a histogram's count
         raise error(f"the ranks' statistics cannot be merged: {clash}") from None
+
+
+def spec_names(spec: tuple[Any, ...] | None) -> tuple[str, ...]:
+    """The statistics a layout spec records, by name (a histogram by its counts' name)."""
+    return tuple(name for item in spec or () for name in _names(item))
+
+
+def _names(item: Any) -> tuple[str, ...]:
+    if isinstance(item, str):
+        return (item,)
+    return item.names if isinstance(item, Blocks) else (item.name,)
 
 
 def _convert(source: Layout, into: Layout, raw: Tensor, numel: Tensor) -> Tensor:

@@ -79,8 +79,13 @@ Reading: a reader checks, before it allocates anything sized by the file, that e
 file is a regular file inside the directory (``..``, absolute paths and symbolic links
 are refused, FIFOs are never read), every block lies inside its file, has its checksum
 and run id, decompresses to no more than it declares, and every site id, flag, size and
-statistics width is in range. Any problem is a `RecordingError` naming the file and what
-is wrong; with ``recover=True`` the commits before the first problem are read, with a
+statistics width is in range, and that each Arrow block holds a schema and uncompressed
+record batches. Work and memory are bounded per byte on disk: every commit holds at least
+one non-empty block and each journal line is checked only when reached, and a load holds
+at most 64 times the recording's size on disk plus 256 MiB (decompressed bytes and a cost
+per record and byte of text, counted before they are allocated; ``load(path,
+max_memory=...)`` raises the limit for a big recording one trusts). Any problem is a
+`RecordingError` naming the file and what is wrong; with ``recover=True`` the commits before the first problem are read, with a
 warning saying what was dropped. A recording whose writer stopped without closing it
 (killed, crashed: its lock is free but ``complete`` is false) loads its whole commits and
 warns once; `Recording.complete` says so.
@@ -126,12 +131,14 @@ from ..stats import StatsFn
 from ..stats.store import StatsStore
 from .integrity import (
     AppendFile,
+    Budget,
     WriterLock,
     checksum,
     commit_line,
+    journal_lines,
     load_json,
     pack,
-    read_commits,
+    read_commit,
     read_inside,
     writer_alive,
 )
@@ -623,49 +630,64 @@ def _read_meta(root: Path) -> dict[str, Any]:
     return meta
 
 
-def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recording:
+def read_recording(
+    path: str | os.PathLike[str], recover: bool = False, max_memory: int | None = None
+) -> Recording:
     """Read a recording directory (see the module docstring), checking all of it.
 
     Args:
         path: the directory `Tracker.save` or `track(..., stream_to=...)` wrote.
         recover: read the commits before the first problem (with a warning saying what was
             dropped) instead of raising.
+        max_memory: the bytes the load may hold (`None`: `MEMORY_RATIO` times the
+            recording's size on disk plus `MEMORY_SLACK`, see `Budget`).
 
     Raises:
         RecordingError: not a recording, another format version, a missing, truncated,
-            corrupted or hostile file (the message names it and what is wrong).
+            corrupted or hostile file, or one that would take more than `max_memory` (the
+            message names it and what is wrong).
     """
     root = Path(path)
     if not root.is_dir():
         raise RecordingError(f"{root} is not a recording: not a directory")
     live = writer_alive(root)  # before the metadata: a writer closing in between is seen live
+    budget = Budget(root, max_memory)
     meta = _read_meta(root)
     run = meta["run"]
-    stats = None if meta.get("stats") is None else spec_from_json(meta["stats"])
-    reader = CommitReader(root, run, stats)
+    try:
+        stats = None if meta.get("stats") is None else spec_from_json(meta["stats"])
+    except RecordingError as error:
+        raise RecordingError(f"{root / META}: {error}") from None
+    reader = CommitReader(root, run, stats, budget)
+    journal = root / JOURNAL
     journal_data = read_inside(root, JOURNAL)
     if journal_data is None:
-        raise RecordingError(f"{root / JOURNAL} is missing")
-    commits, problem, torn = read_commits(journal_data, root / JOURNAL)
+        raise RecordingError(f"{journal} is missing")
+    # The bytes, and their lines as bytes objects (64 bytes each beyond their text).
+    budget.charge(2 * len(journal_data) + 64 * journal_data.count(b"\n"), journal)
+    lines, torn = journal_lines(journal_data)
     complete = meta["complete"]
-    if complete and live and len(commits) >= meta["commits"]:
+    problem = None
+    if complete and live and len(lines) >= meta["commits"]:
         # A paused writer (between `with` blocks) that resumed after recording.json was
         # read: read what the metadata counted.
-        commits, problem, torn = commits[: meta["commits"]], None, False
-    if torn and not complete and problem is not None:
-        problem = None  # a commit line cut short by a writer that stopped: not committed
-    elif complete and problem is None and len(commits) != meta["commits"]:
+        lines, torn = lines[: meta["commits"]], False
+    if torn and complete:
+        problem = f"{journal}: line {len(lines) + 1} is cut short"
+    elif complete and len(lines) != meta["commits"]:
         problem = (
-            f"{root / JOURNAL} holds {len(commits)} commits, {META} says {meta['commits']} "
-            "(truncated?)"
+            f"{journal} holds {len(lines)} commits, {META} says {meta['commits']} (truncated?)"
         )
+    # (A cut last line of a writer that stopped was not committed: not a problem.)
     ends: dict[str, int] = {}
     read = 0
     partial: set[int] = set()
-    for number, commit in enumerate(commits):
+    # Each line is checked when reached, so a bad one stops the load there.
+    for number, line in enumerate(lines):
         try:
-            blocks, tensors = commit_blocks(commit, run, dict(ends), root / JOURNAL)
-            marked = _partial_steps(commit, root / JOURNAL)
+            commit = read_commit(line, number, journal)
+            blocks, tensors = commit_blocks(commit, run, dict(ends), journal)
+            marked = _partial_steps(commit, journal)
             reader.commit(blocks, tensors)
         except RecordingError as error:
             problem = str(error)
@@ -687,7 +709,7 @@ def read_recording(path: str | os.PathLike[str], recover: bool = False) -> Recor
             )
         warnings.warn(
             f"{problem}; read the first {read} commit(s) ({len(reader.steps)} step(s)), "
-            f"dropped {'the rest' if read < len(commits) else 'what follows them'}",
+            f"dropped {'the rest' if read < len(lines) else 'what follows them'}",
             RuntimeWarning,
             stacklevel=3,
         )

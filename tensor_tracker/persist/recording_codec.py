@@ -49,7 +49,7 @@ RECORDS = "records.blocks"
 LOG = "log.blocks"
 TENSORS = "tensors"
 RUN_KEY = b"tensor_tracker.run"
-MAX_BINS = 1 << 20  # histogram bins a recording may declare (8 MiB per raw vector)
+MAX_BINS = 1 << 20  # histogram bins a recording may declare, in all (8 MiB per raw vector)
 
 
 # -- the statistics spec as JSON ---------------------------------------------------------
@@ -77,6 +77,7 @@ def spec_from_json(items: Any) -> StatsFn:
     if not isinstance(items, list) or not items:
         raise RecordingError(f"the statistics spec is not a list of statistics: {items!r}"[:200])
     spec: list[Any] = []
+    bins_left = MAX_BINS  # in all: each histogram's bins are allocated for every record
     try:
         for item in items:
             if isinstance(item, str):
@@ -86,8 +87,11 @@ def spec_from_json(items: Any) -> StatsFn:
             elif isinstance(item, dict) and isinstance(item.get("histogram"), dict):
                 fields = dict(item["histogram"])
                 bins = fields.get("bins")
-                if not isinstance(bins, int) or not 0 < bins <= MAX_BINS:
-                    raise RecordingError(f"a histogram of {bins!r} bins (at most {MAX_BINS})")
+                if not isinstance(bins, int) or not 0 < bins <= bins_left:
+                    raise RecordingError(
+                        f"a histogram of {bins!r} bins ({MAX_BINS} in all at most)"
+                    )
+                bins_left -= bins
                 if not isinstance(fields.get("range"), (list, tuple)):
                     raise RecordingError(f"a histogram range of {fields.get('range')!r}")
                 fields["range"] = tuple(fields["range"])

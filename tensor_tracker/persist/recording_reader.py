@@ -1,7 +1,8 @@
 """The checked reading of a recording's commits (`tensor_tracker.persist.recording` reads the
 metadata and journal, then hands each commit here): a commit's blocks are checked against
 their file, checksum, run id and schema, its rows against the sites and statistics known,
-and it is appended whole or not at all.
+and it is appended whole or not at all. What each block will take in memory is charged to
+the load's `Budget` before it is allocated.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import math
 import os
 import re
+import struct
 from array import array
 from pathlib import Path
 from typing import Any, get_args
@@ -22,10 +24,20 @@ from ..core.columns import GRAD, TRAINING, TUPLE, Columns, Site
 from ..core.records import Kind, LogEntry
 from ..errors import RecordingError
 from ..stats import StatsFn
-from .integrity import checksum, load_json, read_inside, unpack
+from .integrity import Budget, checksum, load_json, read_inside, unpack
 from .recording_codec import LOG, RECORDS, RUN_KEY, SITES, TENSORS, decode, module_class, schemas
 
 __all__ = ["Block", "CommitReader", "commit_blocks"]
+
+# What a load holds beyond the decompressed bytes it charges (see `CommitReader.charge`),
+# measured with some margin: per row of each file (a site's stand-in class, a log entry's
+# objects, a record's columns and step), per statistic kept per channel or sample (its
+# start and length), and per byte of text (JSON values and names become Python objects:
+# `[[],[],...]` takes 64 bytes per 3 of text, and twice that while it is decoded).
+_ROW_COST = {"sites.blocks": 8192, "records.blocks": 128, "log.blocks": 512}
+_VECTOR_COST = 64
+_TEXT_COST = 48
+_FLUSH = 32 << 20  # bytes of statistics-only tables gathered before they are appended
 
 
 @dataclasses.dataclass
@@ -62,6 +74,10 @@ def commit_blocks(
             raise RecordingError(f"{where}: a block of {block.file} at {block.at} leaves a gap")
         ends[block.file] = block.at + block.size
         out.append(block)
+    if not out or not all(block.size for block in out):
+        # The writer never commits nothing, nor an empty block: every commit costs bytes of
+        # the blocks files, which bounds the commits (and the work) per byte.
+        raise RecordingError(f"{where}: a commit without blocks, or with an empty one")
     if tensors is not None:
         ok = isinstance(tensors, dict) and isinstance(tensors.get("name"), str)
         if not ok or not re.fullmatch(r"\d{6,}\.safetensors", tensors["name"]):
@@ -74,9 +90,10 @@ def commit_blocks(
 class CommitReader:
     """Reads and checks the commits of one recording, appending them to `columns`."""
 
-    def __init__(self, root: Path, run: str, stats: StatsFn | None) -> None:
+    def __init__(self, root: Path, run: str, stats: StatsFn | None, budget: Budget) -> None:
         pa = require("pyarrow", "save")
         self.root = root
+        self.budget = budget
         self.run = run
         self.stats = stats
         self.store = None if stats is None else stats.store()
@@ -89,6 +106,7 @@ class CommitReader:
         self.sites = 0
         self.steps: set[int] = set()
         self.pending: list[Any] = []  # see `append`
+        self.pending_bytes = 0
 
     def _file(self, name: str) -> bytes:
         data = self.files.get(name)
@@ -96,6 +114,7 @@ class CommitReader:
             found = read_inside(self.root, name)
             if found is None:
                 raise RecordingError(f"{self.root / name} is missing (the journal names it)")
+            self.budget.charge(len(found), self.root / name)
             data = self.files[name] = found
         return data
 
@@ -121,12 +140,25 @@ class CommitReader:
                 f"{self.root / block.file} is truncated: {len(data)} bytes, the journal "
                 f"commits {block.at + block.size}"
             )
-        stored = data[block.at : block.at + block.size]
+        stored = memoryview(data)[block.at : block.at + block.size]
         if checksum(stored) != block.crc:
             raise RecordingError(f"{where}: fails its checksum (corrupted)")
-        raw = unpack(stored, block.zstd, block.raw, where)
+        self.budget.charge(block.raw, where)  # before decompressing: then its copy
+        raw = pa.py_buffer(unpack(stored, block.zstd, block.raw, where))
         try:
-            table = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
+            kinds = [_kind(message) for message in pa.ipc.MessageReader.open_stream(raw)]
+        except (pa.ArrowException, OSError, ValueError, struct.error) as error:
+            raise RecordingError(f"{where}: not a readable Arrow block ({error})") from error
+        # Buffers compressed inside the stream would decompress past every bound above;
+        # the writer never compresses them.
+        odd = sorted(set(kinds) - {"schema", "record batch"})
+        if odd:
+            raise RecordingError(
+                f"{where}: an Arrow block with a {odd[0]} message (a recording's blocks hold "
+                "a schema and uncompressed record batches)"
+            )
+        try:
+            table = pa.ipc.open_stream(raw).read_all()
             table.validate(full=True)
         except (pa.ArrowException, OSError, ValueError) as error:
             raise RecordingError(f"{where}: not a readable Arrow block ({error})") from error
@@ -135,7 +167,21 @@ class CommitReader:
             raise RecordingError(f"{where}: a block of another run")
         if not table.schema.equals(expected):
             raise RecordingError(f"{where}: columns {table.schema.names} of unexpected types")
+        self.charge(block.file, table, where)
         return table
+
+    def charge(self, file: str, table: Any, where: str) -> None:
+        """Charge the Python objects and copies a checked block's rows will take."""
+        pa = require("pyarrow", "save")
+        text = sum(  # the characters of the strings (a buffer may reach past a slice: more)
+            chunk.buffers()[2].size
+            for field in table.schema
+            if pa.types.is_string(field.type)
+            for chunk in table.column(field.name).chunks
+            if chunk.buffers()[2] is not None
+        )
+        cost = _ROW_COST[file] + (_VECTOR_COST * self.vectors if file == RECORDS else 0)
+        self.budget.charge(len(table) * cost + _TEXT_COST * text, where)
 
     def commit(self, blocks: list[Block], tensors_entry: dict[str, Any] | None) -> None:
         """Read one commit whole (nothing is appended when it fails)."""
@@ -169,6 +215,8 @@ class CommitReader:
 
         name = f"{TENSORS}/{entry['name']}"
         path = self.root / name
+        # The bytes, then the tensors copied out of them.
+        self.budget.charge(2 * entry["size"], path)
         data = read_inside(self.root, name, entry["size"])
         if data is None:
             raise RecordingError(f"{path} is missing (the journal names it)")
@@ -298,6 +346,9 @@ class CommitReader:
         self.steps.update(np.unique(step).tolist())
         if not objects:
             self.pending.append(table)
+            self.pending_bytes += table.nbytes
+            if self.pending_bytes > _FLUSH:  # their copies in the store then replace them
+                self.finish()
             return
         self.finish()
         self._append_rows(table, objects)
@@ -307,7 +358,7 @@ class CommitReader:
         if self.pending:
             pa = require("pyarrow", "save")
             table = pa.concat_tables(self.pending)
-            self.pending = []
+            self.pending, self.pending_bytes = [], 0
             self._append_rows(table, {})
 
     def _append_rows(self, table: Any, objects: dict[int, Any]) -> None:
@@ -344,6 +395,33 @@ class CommitReader:
             vectors = self.vector_rows(table.column("vectors"), [row]) if self.vectors else None
             ref, _ = self.store.add_host_rows(raw, numel, vectors)
             self.columns.add(s, c, t, f, ref)
+
+
+def _kind(message: Any) -> str:
+    """An Arrow IPC message's type, `"compressed record batch"` for a record batch that
+    declares compressed buffers: the `compression` field (3) of its `RecordBatch`
+    flatbuffer (the message's `header`, field 2)."""
+    if message.type != "record batch":
+        return str(message.type)
+    data = message.metadata.to_pybytes()
+    header = _field(data, _table(data, 0), 2)
+    if header is not None and _field(data, _table(data, header), 3) is not None:
+        return "compressed record batch"
+    return "record batch"
+
+
+def _table(data: bytes, at: int) -> int:
+    """Where the flatbuffer table that the offset at `at` points to starts."""
+    return at + int(struct.unpack_from("<I", data, at)[0])
+
+
+def _field(data: bytes, table: int, index: int) -> int | None:
+    """Where field `index` of the flatbuffer table at `table` is (`None`: absent)."""
+    vtable = table - int(struct.unpack_from("<i", data, table)[0])
+    if vtable < 0 or 6 + 2 * index > struct.unpack_from("<H", data, vtable)[0]:
+        return None
+    offset = int(struct.unpack_from("<H", data, vtable + 4 + 2 * index)[0])
+    return table + offset if offset else None
 
 
 def _bad(where: Path, what: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -192,3 +193,42 @@ def test_gather_refuses_a_dst_outside_the_group(tmp_path: Path) -> None:
         assert t.gather(dst=0) is not None
     finally:
         dist.destroy_process_group()
+
+
+# Issue 35 item 13: statistics per channel / per sample and block-format ones on some
+# ranks only ("unknown statistic {'custom': PerAxis(...)}" before).
+_RANK_VECTORS: list[object] = [
+    True,
+    ["mean", tensor_tracker.stats.per_channel("abs_max")],
+    [
+        tensor_tracker.stats.blocks("mxfp8_e4m3_error", dim=0, suffix="_dim0"),
+        tensor_tracker.stats.per_sample("rms"),
+    ],
+]
+
+
+@pytest.mark.parametrize("how", ["gathered", "loaded"])
+def test_ranks_with_vectors_or_blocks_on_some_ranks_merge(tmp_path: Path, how: str) -> None:
+    ranks = [_run(r, stats=spec) for r, spec in enumerate(_RANK_VECTORS)]
+    if how == "gathered":
+        parts = [pickle.loads(pickle.dumps(part_of(t.stashes, r, 3))) for r, t in enumerate(ranks)]
+        merged = Tracker._of_ranks(ranks[0]._stash_fn, parts, [])
+    else:
+        for r, t in enumerate(ranks):
+            t.save(tmp_path / "run" / f"rank-{r}")
+        merged = tensor_tracker.load(tmp_path / "run")
+    frame = merged.to_frame()
+    columns = {c for t in ranks for c in t.to_frame().columns}
+    assert columns <= set(frame.columns)
+    for r, t in enumerate(ranks):
+        mine = frame[frame["rank"] == r].reset_index(drop=True)
+        own = t.to_frame()
+        for name in sorted(columns - {"name", "type", "grad", "kind", "attr"}):
+            for got, expected in zip(mine[name], own.get(name, [None] * len(mine)), strict=True):
+                got = np.asarray(got, dtype=np.float64)
+                if expected is None:  # not recorded on this rank: NaN, or an empty vector
+                    # (every rank's element counts are known)
+                    assert name == "numel" or got.size == 0 or np.isnan(got).all(), (r, name)
+                else:
+                    expected = np.asarray(expected, dtype=np.float64)
+                    assert np.array_equal(got, expected, equal_nan=True), (r, name)

@@ -20,6 +20,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -27,7 +28,7 @@ from torch import nn
 import tensor_tracker
 from tensor_tracker import load, track
 from tensor_tracker.errors import ArgumentValueError, FileWriteError, RecordingError
-from tensor_tracker.persist import integrity
+from tensor_tracker.persist import integrity, recording
 from tensor_tracker.persist.recording import RecordingWriter
 from tests.helpers import hook_count
 from tests.persist.recording_files import (
@@ -36,6 +37,7 @@ from tests.persist.recording_files import (
     replace_column,
     rewrite_meta,
     signature,
+    tables,
     write_journal,
 )
 
@@ -118,7 +120,7 @@ _CRASH = textwrap.dedent(
     import os, sys, torch
     from torch import nn
     import tensor_tracker
-    from tensor_tracker.persist import integrity
+    from tensor_tracker.persist import integrity, recording
 
     real = integrity.AppendFile.append
     commits = {"n": 0}
@@ -613,3 +615,137 @@ def test_a_recording_round_trips_exactly(tmp_path: Path) -> None:
         t.note("note")
     t.save(tmp_path / "run")
     assert signature(_quiet_load(tmp_path / "run")) == signature(t)
+
+
+# -- issue 35: bounded work per byte of a hostile recording ------------------------------
+
+
+def _ipc(table: Any, compression: str | None = None) -> bytes:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as stream:
+        stream.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def test_arrow_buffers_compressed_inside_a_block_are_refused(tmp_path: Path) -> None:
+    # Declared uncompressed ("zstd": false), the block's own Arrow buffers are compressed:
+    # they would decompress past the 64x bound. The writer never writes them.
+    path = tmp_path / "run"
+    _record(path, stats=True)
+    craft(path, "records.blocks", lambda _, table: _ipc(table, "zstd"))
+    with pytest.raises(RecordingError, match=r"records.blocks at byte 0: .*compressed record"):
+        load(path)
+
+
+def _near_64x(path: Path, blocks: int) -> int:
+    """Add to a recording `blocks` records blocks that are valid and compress just under
+    64x (rows of the same statistics, random ones among them); its records before."""
+    _record(path, steps=1, stats=True)
+    recorded = len(load(path))
+    table = tables(path, "records.blocks")[0]
+    rows = 20_000
+    rng = np.random.default_rng(0)
+    width = table.schema.field("raw").type.list_size
+    raw = np.ones((rows, width))
+    noisy = rng.random(rows) < 0.04
+    raw[noisy] = rng.random((int(noisy.sum()), width))
+    columns = {name: pa.array(np.zeros(rows, np.int64)) for name in ("step", "numel")}
+    big = pa.Table.from_arrays(
+        [
+            columns["step"],
+            pa.array(np.zeros(rows, np.int32)),
+            pa.array(np.zeros(rows, np.int32)),
+            pa.array(np.zeros(rows, np.uint8)),
+            columns["numel"],
+            pa.FixedSizeListArray.from_arrays(pa.array(raw.reshape(-1)), width),
+            pa.nulls(rows, pa.string()),
+            pa.nulls(rows, pa.string()),
+        ],
+        schema=table.schema,
+    )
+    data = _ipc(big)
+    packed = pa.compress(data, codec="zstd", asbytes=True)
+    assert 32 < len(data) / len(packed) < 64
+    commits = journal(path)
+    out = (path / "records.blocks").read_bytes()
+    for _ in range(blocks):
+        block = {"file": "records.blocks", "at": len(out), "size": len(packed)}
+        block.update(raw=len(data), zstd=True, crc=zlib.crc32(packed))
+        commits.append({"run": commits[0]["run"], "seq": len(commits), "blocks": [block]})
+        commits[-1]["tensors"] = None
+        out += packed
+    (path / "records.blocks").write_bytes(out)
+    write_journal(path, commits)
+    rewrite_meta(path, commits=len(commits))
+    return recorded
+
+
+def test_a_load_holds_at_most_64_times_the_size_on_disk_unless_told(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    path = tmp_path / "run"
+    recorded = _near_64x(path, blocks=4)
+    size = sum(f.stat().st_size for f in path.iterdir())
+    # Without the fixed allowance a load adds (256 MiB), so that the bound shows at once.
+    monkeypatch.setattr(integrity, "MEMORY_SLACK", 0)
+    with pytest.raises(RecordingError) as refused:
+        load(path)
+    message = str(refused.value)
+    assert "records.blocks at byte" in message and f"{64 * size:,} bytes" in message
+    assert "max_memory=" in message
+    # A recording one trusts loads with a larger limit, every row.
+    assert len(load(path, max_memory=1 << 30)) == recorded + 4 * 20_000
+    with pytest.raises(RecordingError, match="more than 1,000 bytes"):
+        load(path, max_memory=1000)
+
+
+def test_max_memory_is_checked() -> None:
+    with pytest.raises(ArgumentValueError, match=r"load\(max_memory=...\)"):
+        load(FIXTURES, max_memory=0)
+
+
+def test_a_commit_without_blocks_stops_the_load_there(tmp_path: Path, monkeypatch: Any) -> None:
+    # The issue's journal of 1,000,000 empty commits (87 MB) took 35 s: a commit must hold
+    # a block (the writer writes no other), and each line is read only when reached.
+    path = tmp_path / "run"
+    _record(path, steps=1)
+    commits = journal(path)
+    run = commits[0]["run"]
+    empty = [{"run": run, "seq": i, "blocks": [], "tensors": None} for i in range(1, 10_001)]
+    write_journal(path, commits + empty)
+    rewrite_meta(path, commits=len(commits) + len(empty))
+    read: list[int] = []
+    original = recording.read_commit
+
+    def counting(line: bytes, number: int, where: Path) -> dict[str, Any]:
+        read.append(number)
+        return original(line, number, where)
+
+    monkeypatch.setattr(recording, "read_commit", counting)
+    with pytest.raises(RecordingError, match="journal: a commit without blocks"):
+        load(path)
+    assert read == [0, 1]
+
+
+def test_a_huge_spec_is_refused_in_linear_time(tmp_path: Path) -> None:
+    # The issue's case: 40,000 statistics, one of them twice (870 kB of recording.json):
+    # 75 s when repeated names were counted with list.count, under a second now.
+    path = tmp_path / "run"
+    _record(path, steps=1, stats=True)
+    spec = [{"custom": f"c{i}"} for i in range(40_000)] + [{"custom": "c0"}]
+    rewrite_meta(path, stats=spec)
+    with pytest.raises(RecordingError, match=r"recording.json: .*repeated: \['c0'\]"):
+        load(path)
+
+
+def test_histogram_bins_are_bounded_in_all(tmp_path: Path) -> None:
+    # Each histogram within the bound, together 40,000 times over it: every record would
+    # allocate them all.
+    path = tmp_path / "run"
+    _record(path, steps=1, stats=True)
+    item = {"bins": 1 << 20, "range": [0, 1], "name": "h"}
+    spec = [{"histogram": {**item, "name": f"h{i}"}} for i in range(2)]
+    rewrite_meta(path, stats=spec)
+    with pytest.raises(RecordingError, match=r"recording.json: .*1048576 in all"):
+        load(path)
