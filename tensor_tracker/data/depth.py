@@ -45,6 +45,10 @@ class Depth:
         """Whether any block was found (otherwise there is one slot per module)."""
         return any(self.is_block)
 
+    def members(self, role: str) -> list[str]:
+        """The modules of `role` in every block, in execution order."""
+        return [name for name, (_, r) in self.place.items() if r == role]
+
 
 def _containers(names: Sequence[str]) -> set[tuple[str, ...]]:
     """The name prefixes followed by at least two different integer components: the

@@ -1,4 +1,11 @@
-"""What the viewers share: the panel (controls, image, message), option lists, quiet updates."""
+"""The thin shell every viewer shares: the panel (controls, image, message), drawing a
+`Drawing`, setting a control from a `Choice`, quiet updates.
+
+The viewers' logic (what each control offers, what is drawn) is in the data layer's
+`_*_view` modules, tested without ipywidgets; a viewer module here builds the controls,
+observes them, and calls that logic. This module is the one place where the viewers meet
+`tensor_tracker.plot`: a viewer shows a figure, so widgets sit above plot.
+"""
 
 from __future__ import annotations
 
@@ -7,37 +14,26 @@ import io
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
-
+from .. import plot
 from .._optional import require
-from ..core.records import Stash
-from ..data.select import (
-    display_name,
-    shown_value,
-)
-from ..plot._figure import at_most
-from ..stats import NAMES, Stats
+from ..data._views import Choice, Drawing, Note
+from ..plot._figure import at_most, fixed_margins
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 __all__ = [
-    "EMPTY",
     "PX_PER_INCH",
     "RASTER_DPI",
     "VIEWER_WIDTH",
     "Panel",
     "Quiet",
-    "default_stat",
     "empty_viewer",
     "error_html",
-    "histogram_name",
     "ipywidgets_module",
     "make_viewer",
-    "module_options",
     "observe",
-    "plottable",
+    "render",
     "set_options",
-    "stat_options",
 ]
 
 
@@ -52,13 +48,6 @@ directly in Jupyter (matplotlib's default dpi), so fonts match across both."""
 RASTER_DPI = 200
 """Resolution of the few artists drawn as pixels inside a viewer's SVG (heatmaps, dense
 scatter plots): sharp on high-DPI screens."""
-
-
-EMPTY = (
-    "The tracker holds no stashes yet. Record something first, e.g. "
-    "<code>with tensor_tracker.track(model) as t: model(x).sum().backward()</code>, "
-    "then build the viewer again."
-)
 
 
 # Text as SVG text, not glyph outlines: a third less time to write a figure with legends, a
@@ -125,6 +114,13 @@ class Panel:
         """Show why there is no figure, as an error."""
         self.note(error_html(text))
 
+    def say(self, note: Note) -> None:
+        """Show `note` in place of the figure."""
+        if note.html:
+            self.note(note.text)
+        else:
+            self.note(error_html(note.text) if note.error else html.escape(note.text))
+
     def note(self, html_text: str) -> None:
         """Show `html_text` (not an error: what the figure needs) in place of the figure."""
         self.figure = None
@@ -155,20 +151,20 @@ def make_viewer(
     return box
 
 
-def empty_viewer(w: Any, text: str, error: bool = True) -> Any:
-    """A viewer with no controls that only shows `text` (why there is nothing to show), as
-    an error unless `error=False` (what to record, said up front)."""
+def empty_viewer(w: Any, note: Note) -> Any:
+    """A viewer with no controls that only says why there is nothing to show."""
     panel = Panel(w)
-    if text == EMPTY:
-        panel.note(text)
-    else:
-        panel.note(error_html(text) if error else html.escape(text))
+    panel.say(note)
     return make_viewer(w, {}, [], panel, lambda: None)
 
 
-def module_options(names: Sequence[str]) -> list[tuple[str, str]]:
-    """Dropdown options for module names: (label shown, name)."""
-    return [(display_name(n), n) for n in names]
+def render(drawing: Drawing) -> Figure:
+    """The figure `drawing` describes."""
+    make = getattr(plot, drawing.figure)
+    if drawing.margins is None:
+        return make(drawing.source, **drawing.options)  # type: ignore[no-any-return]
+    with fixed_margins(**drawing.margins):
+        return make(drawing.source, **drawing.options)  # type: ignore[no-any-return]
 
 
 def observe(controls: Sequence[Any], callback: Callable[[], None]) -> None:
@@ -194,54 +190,10 @@ class Quiet:
         return self.depth > 0
 
 
-def set_options(control: Any, options: Sequence[Any], keep: Any, default: Any = None) -> None:
-    """Replace a Dropdown's options, keeping its value when still offered (options and
-    value reach the page in one message, so it never holds an index out of its options)."""
-    values = [o[1] if isinstance(o, tuple) else o for o in options]
+def set_options(control: Any, choice: Choice) -> None:
+    """Set a control's options, value and visibility from `choice` (options and value reach
+    the page in one message, so it never holds an index out of its options)."""
     with control.hold_sync():
-        control.options = list(options)
-        if keep in values:
-            control.value = keep
-        elif default in values:
-            control.value = default
-        elif values:
-            control.value = values[0]
-
-
-def plottable(stashes: Sequence[Stash]) -> list[Stash]:
-    """The stashes a histogram can show: a tensor or statistics as their first value."""
-    return [s for s in stashes if shown_value(s) is not None]
-
-
-def stat_options(stashes: Sequence[Stash]) -> list[str]:
-    """Scalar statistics available: the recorded ones for stats= stashes, else the
-    built-in names (computed from tensors)."""
-    recorded: dict[str, None] = {}
-    has_tensors = False
-    for s in stashes:
-        value = shown_value(s)
-        if isinstance(value, Stats):
-            hist_names = {n for h in value.layout.histograms.values() for n in h.names}
-            recorded.update(dict.fromkeys(n for n in value.names if n not in hist_names))
-        elif isinstance(value, Tensor):
-            has_tensors = True
-    options = list(recorded)
-    if has_tensors:
-        options += [n for n in NAMES if n not in recorded]
-    return options
-
-
-def histogram_name(stashes: Sequence[Stash]) -> str:
-    """The recorded histogram a viewer shows: `"hist"` (what `histogram()` records) when
-    there is one, else the first one recorded (e.g. `"exp_hist"`), else `"hist"`."""
-    found: dict[str, None] = {}
-    for s in stashes:
-        value = shown_value(s)
-        if isinstance(value, Stats):
-            found.update(dict.fromkeys(value.layout.histograms))
-    return "hist" if "hist" in found or not found else next(iter(found))
-
-
-def default_stat(options: Sequence[str]) -> str | None:
-    """The statistic a viewer starts with: `rms` when available, else the first one."""
-    return "rms" if "rms" in options else (options[0] if options else None)
+        control.options = choice.options
+        control.value = choice.value
+    control.layout.display = "" if choice.shown else "none"

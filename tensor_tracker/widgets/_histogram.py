@@ -2,58 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from .. import plot
-from ..core.records import Stash
-from ..data.exponents import RECORD_HINT
-from ..data.select import (
-    ROOT_LABEL,
-    display_name,
-    first_stashes,
-    match_names,
-    module_order,
-    select_from,
-    shown_value,
-    stash_label,
+from ..data._histogram_view import (
+    BIN_CHOICES,
+    NO_HISTOGRAM,
+    HistogramState,
+    filter_modules,
+    histogram_choices,
+    histogram_drawing,
+    histogram_source,
 )
-from ..errors import ArgumentValueError
-from ..stats import Stats
+from ..data._views import Note, module_options
+from ._base import (
+    Panel,
+    Quiet,
+    empty_viewer,
+    ipywidgets_module,
+    make_viewer,
+    observe,
+    render,
+    set_options,
+)
 
 if TYPE_CHECKING:
     import ipywidgets
     from matplotlib.figure import Figure
-from ._base import (
-    EMPTY,
-    Panel,
-    Quiet,
-    empty_viewer,
-    histogram_name,
-    ipywidgets_module,
-    make_viewer,
-    module_options,
-    observe,
-    plottable,
-    set_options,
-)
 
 __all__ = ["BIN_CHOICES", "NO_HISTOGRAM", "histogram_viewer"]
-
-NO_HISTOGRAM = (
-    "This run recorded statistics without a histogram; "
-    + RECORD_HINT
-    + " (or track(model) without stats= to keep tensors)."
-)
-"""What the viewer says, in place of its controls, for statistics without a histogram."""
-
-
-def _binnable(stash: Stash) -> bool:
-    value = shown_value(stash)
-    return not isinstance(value, Stats) or bool(value.layout.histograms)
-
-
-BIN_CHOICES = (8, 16, 32, 64, 128, 256)
-"""The bin counts the histogram viewer offers."""
 
 
 def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
@@ -97,22 +74,10 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
         'log2|value|'
     """
     w = ipywidgets_module()
-    # One stash per module and direction for the options; a module's stashes are read
-    # when it is chosen, so a long run's viewer opens in a moment.
-    stashes = first_stashes(tracker, "tracker")
-    if not stashes:
-        return empty_viewer(w, EMPTY)
-    usable = plottable(stashes)
-    if not usable:
-        return empty_viewer(
-            w,
-            "No stash holds a tensor or statistics (e.g. values of a custom stash_value); "
-            "track with the default copy or stats=[..., tensor_tracker.stats.histogram()].",
-        )
-    if not any(_binnable(s) for s in usable):
-        return empty_viewer(w, NO_HISTOGRAM, error=False)
-    names = module_order(usable)
-    quiet = Quiet()
+    source = histogram_source(tracker)
+    if isinstance(source, Note):
+        return empty_viewer(w, source)
+    names = source.names
     c: dict[str, Any] = {
         "filter": w.Text(
             value="",
@@ -132,96 +97,30 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
         c[key].style.button_width = "80px"
     c["bins"].style.button_width = "52px"  # "256" with the buttons' padding
     panel = Panel(w)
-    of_module: dict[str, list[Stash]] = {}
-    # The module the user chose last: a filter that hides it (or matches nothing) does not
-    # forget it, so clearing the filter brings it back.
-    chosen_module: list[str] = [names[0]]
+    quiet = Quiet()
+    chosen = [names[0]]  # the module the user chose last, kept across filters
 
-    def candidates() -> list[Stash]:
-        name = c["module"].value
-        if name is None:
-            return []
-        if name not in of_module:
-            found = select_from(tracker, "tracker", names=[name], kind=None)
-            of_module[name] = plottable(found)
-        return of_module[name]
+    def state() -> HistogramState:
+        return HistogramState(**{f.name: c[f.name].value for f in fields(HistogramState)})
 
     def refresh_choices() -> None:
-        """Update the dependent dropdowns from the module down."""
         with quiet:
-            own = candidates()
-            # What the module has in the chosen direction (a Hugging Face model's own
-            # output is a ModelOutput, with gradients but no forward tensor): offering the
-            # rest would open on an error.
-            grad = c["grad"].value
-            whats = list(dict.fromkeys((s.kind, s.attr) for s in own if s.grad == grad))
-            whats = whats or list(dict.fromkeys((s.kind, s.attr) for s in own))
-            set_options(
-                c["what"],
-                [(k + (f" {a}" if a else ""), (k, a)) for k, a in whats],
-                c["what"].value,
-                ("output", ""),
-            )
-            kind, attr = c["what"].value or ("output", "")
-            same = [
-                s for s in own if s.kind == kind and s.attr == attr and s.grad == c["grad"].value
-            ]
-            set_options(c["step"], sorted({s.step for s in same}), c["step"].value)
-            at_step = [s for s in same if s.step == c["step"].value]
-            set_options(c["call"], sorted({s.call for s in at_step}), c["call"].value)
+            choices = histogram_choices(source.stashes(c["module"].value), state())
+            for key, choice in choices.items():  # in order: each depends on the one before
+                set_options(c[key], choice)
 
     def on_filter() -> None:
         with quiet:
-            pattern = c["filter"].value
-            matching = match_names(names, pattern)
-            exact = "" if pattern == ROOT_LABEL else pattern
-            if pattern and exact in matching:
-                chosen_module[0] = exact
-            keep = chosen_module[0]
-            set_options(c["module"], module_options(matching), keep)
-            if not matching:
-                c["module"].value = None
+            choice, chosen[0] = filter_modules(names, c["filter"].value, chosen[0])
+            set_options(c["module"], choice)
         refresh_choices()
         redraw()
 
     def draw() -> Figure:
-        pattern = c["filter"].value
-        if c["module"].value is None:
-            raise ArgumentValueError(
-                f"No module matches the filter {pattern!r}. Clear it, or try part of one of: "
-                + ", ".join(display_name(n) for n in names[:10])
-            )
-        kind, attr = c["what"].value or ("output", "")
-        grad = c["grad"].value
-        chosen = [
-            s
-            for s in candidates()
-            if s.kind == kind
-            and s.attr == attr
-            and s.grad == grad
-            and s.step == c["step"].value
-            and s.call == c["call"].value
-        ]
-        if not chosen:
-            what = "gradient" if grad else "forward value"
-            raise ArgumentValueError(
-                f"No {what} recorded for {display_name(c['module'].value)} ({kind}"
-                + (f" {attr}" if attr else "")
-                + ")"
-                + (" — track with grad=True to record gradients." if grad else ".")
-            )
-        stash = chosen[0]
-        recorded = isinstance(shown_value(stash), Stats)
-        # Recorded bins are fixed: controls that could not change them are not shown.
-        hidden = "none" if recorded else ""
-        c["log2"].layout.display = c["bins"].layout.display = hidden
-        return plot.histogram(
-            stash,
-            bins=c["bins"].value,
-            log2=None if recorded else c["log2"].value,
-            labels=[stash_label(stash, step=True, call=True)],
-            stat=histogram_name([stash]),
-        )
+        drawing = histogram_drawing(source, state())
+        for key in ("log2", "bins"):
+            c[key].layout.display = "none" if key in drawing.hidden else ""
+        return render(drawing)
 
     def redraw() -> None:
         if not quiet.active:
@@ -231,11 +130,11 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
     def on_choice() -> None:
         if not quiet.active:
             if c["module"].value is not None:
-                chosen_module[0] = c["module"].value
+                chosen[0] = c["module"].value
             refresh_choices()
             redraw()
 
-    c["filter"].observe(lambda _change: on_filter(), names="value")
+    observe([c["filter"]], on_filter)
     observe([c["module"], c["what"], c["grad"], c["step"]], on_choice)
     observe([c["call"], c["log2"], c["bins"]], redraw)
     rows = [

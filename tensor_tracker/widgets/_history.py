@@ -2,50 +2,32 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
-
-from .. import plot
-from .._optional import require
-from ..data.depth import depth_layout, informative_role, leaf_names
-from ..data.history import statistics_frame
-from ..data.select import (
-    first_stashes,
-    match_names,
-    module_order,
-    select,
-    shown_value,
+from ..data._history_view import (
+    HistoryState,
+    heatmap_drawing,
+    history_drawing,
+    history_source,
+    role_choice,
+    search_modules,
 )
-from ..errors import ArgumentValueError
-from ..plot._figure import DEFAULT_FORMATS, fixed_margins
-from ..stats import Stats
+from ..data._views import Note, module_options
+from ._base import (
+    Panel,
+    Quiet,
+    empty_viewer,
+    ipywidgets_module,
+    make_viewer,
+    observe,
+    render,
+)
 
 if TYPE_CHECKING:
     import ipywidgets
-    from matplotlib.figure import Figure
-from ..data.embedding import NUMBERED
-from ._base import (
-    EMPTY,
-    Panel,
-    Quiet,
-    default_stat,
-    empty_viewer,
-    histogram_name,
-    ipywidgets_module,
-    make_viewer,
-    module_options,
-    observe,
-    stat_options,
-)
 
 __all__ = ["history_viewer"]
-
-NO_HISTOGRAMS = (
-    "The histogram heatmap below the history needs histograms over steps: track with "
-    '<code>stats=[*tensor_tracker.stats.DEFAULT, "exp_hist"]</code> (or '
-    "<code>stats.histogram()</code>), or without <code>stats=</code> to keep full tensors."
-)
 
 
 def history_viewer(tracker: Any) -> ipywidgets.VBox:
@@ -95,96 +77,55 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         >>> v.controls["heatmap_module"].value = "blocks.0"
     """
     w = ipywidgets_module()
-    # One stash per module and direction: the options, without building every Stash of a
-    # run of hundreds of thousands of records.
-    stashes = first_stashes(tracker, "tracker")
-    if not stashes:
-        viewer = empty_viewer(w, EMPTY)
+    source = history_source(tracker)
+    if isinstance(source, Note):
+        viewer = empty_viewer(w, source)
         viewer.heatmap_figure = None
         viewer.heatmap_message = viewer.message
         viewer.heatmap_image = viewer.image
         return viewer
-    options = stat_options(stashes)
-    outputs = select(stashes, kind="output")
-    names = module_order(outputs or stashes)
-    depth = depth_layout(leaf_names(names))
-    types = {s.name: getattr(s.type, "__name__", str(s.type)) for s in stashes}
-    role = informative_role(depth, types)
-    if role is not None:
-        default = [n for n, (_, r) in depth.place.items() if r == role]
-    else:
-        default = [n for n in names if NUMBERED.search(n)] or names[:8]
-    has_grads = any(s.grad for s in stashes if s.name in default)
-    hist_stat = histogram_name(stashes)
+    start, names, role = source.start, module_options(source.names), role_choice(source)
     c: dict[str, Any] = {
-        "stat": w.Dropdown(options=options, value=default_stat(options), description="statistic"),
+        "stat": w.Dropdown(options=source.stat.options, value=start.stat, description="statistic"),
         "modules": w.SelectMultiple(
-            options=module_options(names), value=default, description="modules", rows=8
+            options=names, value=start.modules, description="modules", rows=8
         ),
         "search": w.Text(value="", placeholder="filter modules (regex)", description="search"),
-        "role": w.Dropdown(
-            options=[("(choose)", "")] + [(r, r) for r in depth.roles],
-            value=role or "",
-            description="role",
-        ),
-        "grad": w.ToggleButtons(
-            options=[("forward", False), ("gradient", True)], value=role is not None and has_grads
-        ),
-        "limits": w.Checkbox(value=False, description="format limits", indent=False),
+        "role": w.Dropdown(options=role.options, value=role.value, description="role"),
+        "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=start.grad),
+        "limits": w.Checkbox(value=start.limits, description="format limits", indent=False),
         "heatmap_module": w.Dropdown(
-            options=module_options(names), value=default[0], description="heatmap"
+            options=names, value=start.heatmap_module, description="heatmap"
         ),
     }
-    if len(names) == 1:
-        for key in ("modules", "search", "heatmap_module"):
-            c[key].layout.display = "none"
-    # Statistics without a histogram cannot make a heatmap: say what it needs, once, in
-    # place of a picker that would only lead to an error.
-    binnable = any(
-        isinstance(value := shown_value(s), Tensor)
-        or (isinstance(value, Stats) and value.layout.histograms)
-        for s in stashes
-    )
-    if not binnable:
-        c["heatmap_module"].layout.display = "none"
-    if not depth.grouped:
-        c["role"].layout.display = "none"
+    for key in source.hidden:
+        c[key].layout.display = "none"
     panel = Panel(w)
     heat = Panel(w)
-    # Each statistic is read once as a frame (columns, not one Stash per row) with the rows
-    # of each module, so that a redraw only takes the selected modules' rows: fast on
-    # hundreds of modules over thousands of steps.
-    source: dict[str, tuple[Any, dict[str, Any]]] = {}
+    quiet = Quiet()
 
-    def draw_history() -> Figure:
-        modules = list(c["modules"].value)
-        if not modules:
-            raise ArgumentValueError("Select one or more modules (ctrl/shift-click).")
-        stat = c["stat"].value
-        if stat is None:
-            raise ArgumentValueError("No statistic is available for these stashes.")
-        if stat not in source:
-            frame = statistics_frame(tracker, stat)
-            groups = {} if frame is None else frame.groupby("name").indices
-            source[stat] = (frame, {str(name): rows for name, rows in groups.items()})
-        frame, index = source[stat]
-        if frame is not None:
-            numpy = require("numpy", "widgets")
-            taken = [index[m] for m in modules if m in index]
-            rows = numpy.sort(numpy.concatenate(taken)) if taken else []
-            chosen = frame.iloc[rows]
+    def state() -> HistoryState:
+        return HistoryState(**{f.name: c[f.name].value for f in fields(HistoryState)})
+
+    def redraw_history() -> None:
+        panel.show(lambda: render(history_drawing(source, state())))
+        box.figure = panel.figure
+
+    def redraw_heatmap() -> None:
+        drawing = heatmap_drawing(source, state())
+        if isinstance(drawing, Note):
+            heat.say(drawing)
         else:
-            chosen = tracker
-        with fixed_margins():
-            formats = DEFAULT_FORMATS if c["limits"].value else ()
-            return plot.history(
-                chosen, stat=stat, names=modules, grad=c["grad"].value, formats=formats
-            )
+            heat.show(lambda: render(drawing))
+        box.heatmap_figure = heat.figure
+
+    def redraw() -> None:
+        redraw_history()
+        redraw_heatmap()
 
     def search() -> None:
-        shown = match_names(names, c["search"].value)
         selected = c["modules"].value
-        kept = [n for n in names if n in shown or n in selected]
+        kept = search_modules(source.names, c["search"].value, selected)
         # The selection stays as it was (nothing to redraw); options and value go to the
         # page in one message.
         with quiet, c["modules"].hold_sync():
@@ -192,32 +133,9 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
             c["modules"].value = selected
 
     def pick_role() -> None:
-        role = c["role"].value
-        if role:
-            chosen = [n for n, (_, r) in depth.place.items() if r == role]
-            c["modules"].value = tuple(chosen)
+        if c["role"].value:
+            c["modules"].value = tuple(source.depth.members(c["role"].value))
 
-    def draw_heatmap() -> Figure:
-        return plot.histogram_heatmap(
-            tracker, c["heatmap_module"].value, grad=c["grad"].value, stat=hist_stat
-        )
-
-    def redraw_history() -> None:
-        panel.show(draw_history)
-        box.figure = panel.figure
-
-    def redraw_heatmap() -> None:
-        if binnable:
-            heat.show(draw_heatmap)
-        else:
-            heat.note(NO_HISTOGRAMS)
-        box.heatmap_figure = heat.figure
-
-    def redraw() -> None:
-        redraw_history()
-        redraw_heatmap()
-
-    quiet = Quiet()
     observe(
         [c["stat"], c["modules"], c["limits"]], lambda: None if quiet.active else redraw_history()
     )

@@ -2,99 +2,29 @@
 
 from __future__ import annotations
 
-import html
-import os
 import threading
 import time
-from pathlib import Path
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from .. import plot
-from .._optional import require
-from .._validate import check_bool, check_number, check_type
-from ..data.depth import depth_layout, informative_role, leaf_names
-from ..data.frame import KEYS, to_frame
-from ..data.select import display_name, match_names
-from ..errors import ArgumentTypeError, ArgumentValueError
+from ..data._live_view import (
+    LiveState,
+    latest_values,
+    live_choices,
+    live_drawing,
+    live_path,
+    readout_html,
+    shown_modules,
+)
+from ..data.frame import to_frame
 from ..persist.recording import read_recording, spec_of
 from ..persist.recording_codec import JOURNAL
-from ..plot._figure import DEFAULT_FORMATS, fixed_margins
-from ..stats import Histogram
-from ._base import Panel, ipywidgets_module, make_viewer, set_options
+from ._base import Panel, ipywidgets_module, make_viewer, observe, render, set_options
 
 if TYPE_CHECKING:
     import ipywidgets
 
 __all__ = ["live_view"]
-
-
-# What the history opens on and may show: a role across the blocks, the extremes, all.
-EXTREMES = "extremes"
-ALL = "all"
-NAMES = "names"
-_ROLE = "role:"
-# Lines drawn under "extremes": this many largest and as many smallest.
-_EACH_END = 3
-# Up to this many modules, "all" is the default (each is named in the legend).
-_NAMED = 12
-
-
-def _statistics(frame: Any, spec: Any) -> list[str]:
-    """The scalar statistics recorded: numeric columns that are neither keys nor a
-    histogram's counts."""
-    counts = {n for h in spec or () if isinstance(h, Histogram) for n in h.names}
-    return [
-        c
-        for c in frame.columns
-        if c not in KEYS and c not in counts and frame[c].dtype.kind in "fiub"
-    ]
-
-
-def _latest(frame: Any, stat: str, grad: bool, names: list[str]) -> dict[str, float]:
-    """Each of `names`' output `stat` at the latest step that has it (mean over calls),
-    finite values only."""
-    np = require("numpy", "widgets")
-    rows = frame[(frame["kind"] == "output") & (frame["grad"] == grad)]
-    rows = rows[rows["name"].isin(names) & np.isfinite(rows[stat].to_numpy(dtype=float))]
-    if rows.empty:
-        return {}
-    rows = rows[rows["step"] == rows["step"].max()]
-    means = rows.groupby("name", sort=False)[stat].mean()
-    return {str(n): float(v) for n, v in means.items()}
-
-
-def _extremes(values: dict[str, float], log: bool) -> list[str]:
-    """The `_EACH_END` largest and smallest of `values` (by |value| on a log axis), the
-    largest first."""
-    ranked = sorted(values, key=lambda n: abs(values[n]) if log else values[n], reverse=True)
-    if log:  # a zero has no log2: it is not the smallest magnitude drawn
-        ranked = [n for n in ranked if values[n] != 0]
-    if len(ranked) <= 2 * _EACH_END:
-        return ranked
-    return ranked[:_EACH_END] + ranked[-_EACH_END:]
-
-
-def _readout(values: dict[str, float], shown: list[str], stat: str, grad: bool, step: Any) -> str:
-    """An HTML line per module drawn: which line it is and its latest value."""
-    if not shown:
-        return ""
-    items = sorted(shown, key=lambda n: abs(values[n]) if n in values else -1.0, reverse=True)
-    # One number format for the table: scientific for all when any value needs it.
-    sizes = [abs(v) for v in values.values() if v]
-    spec = ".3e" if any(v < 1e-3 or v >= 1e5 for v in sizes) else ".4g"
-    cells = "".join(
-        f"<tr><td>{html.escape(display_name(n))}</td><td style='text-align:right'>"
-        f"{values[n]:{spec}}</td></tr>"
-        if n in values
-        else f"<tr><td>{html.escape(display_name(n))}</td><td>-</td></tr>"
-        for n in items
-    )
-    what = "gradient" if grad else "output"
-    return (
-        "<style>.tt-live-readout td { padding: 1px 16px 1px 0; line-height: 1.3 }</style>"
-        f"<div class='tt-live-readout'><b>{html.escape(stat)} of each {what} at step {step}"
-        f"</b> (largest first)<table>{cells}</table></div>"
-    )
 
 
 def live_view(
@@ -161,38 +91,10 @@ def live_view(
         >>> view.controls["show"].value = "extremes"  # doctest: +SKIP
     """
     w = ipywidgets_module()
-    path = (
-        getattr(source, "stream_path", None)
-        if not isinstance(source, (str, os.PathLike))
-        else source
-    )
-    if path is None:
-        raise ArgumentTypeError(
-            "live_view(source): pass the directory a run streams to, or a tracker made with "
-            f"track(..., stream_to=...), got {type(source).__name__}"
-        )
-    if figure not in ("history", "scale"):
-        raise ArgumentValueError(f'live_view(figure=...): "history" or "scale", got {figure!r}')
-    check_type(stat, str, "live_view(stat=...)", "a statistic name (str)")
-    check_bool(grad, "live_view(grad=...)")
-    check_number(interval, "live_view(interval=...)", "seconds between reads", low=0, open_low=True)
-    check_bool(start, "live_view(start=...)")
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ArgumentValueError(
-            f"live_view(source={str(path)!r}): a file, not a directory: pass the directory "
-            "given to track(..., stream_to=...)"
-        )
-    if not start and not path.exists():
-        # Without the refresh thread nothing would read it again: most likely a typo.
-        raise ArgumentValueError(
-            f"live_view(source={str(path)!r}): no such directory. Pass the directory given "
-            "to track(..., stream_to=...), or start=True to wait for a run to create it"
-        )
+    path = live_path(source, figure, stat, grad, interval, start)
     panel = Panel(w)
     status = w.HTML(value="")
     readout = w.HTML(value="")
-    history = figure == "history"
     c: dict[str, Any] = {
         "stat": w.Dropdown(options=[stat], value=stat, description="statistic"),
         "show": w.Dropdown(options=[("(reading)", "")], value="", description="show"),
@@ -211,39 +113,17 @@ def live_view(
     }
     lock = threading.RLock()  # the refresh thread and the controls draw one at a time
 
-    def choose(frame: Any) -> list[str]:
-        """The modules the history draws, for the "show" control's value."""
-        shown = c["show"].value
-        outputs = frame[frame["kind"] == "output"]
-        order = list(dict.fromkeys(outputs["name"].astype(str)))
-        if shown == NAMES:  # plot.history selects names= itself; these are for the readout
-            return list(names) if not isinstance(names, str) else match_names(order, names)
-        if shown.startswith(_ROLE):
-            role = shown[len(_ROLE) :]
-            depth = depth_layout(leaf_names(order))
-            return [n for n, (_, r) in depth.place.items() if r == role]
-        if shown == ALL:
-            return order
-        values = _latest(frame, c["stat"].value, c["grad"].value, leaf_names(order))
-        return _extremes(values, log=True) or order[:_NAMED]
+    def values() -> LiveState:
+        return LiveState(**{f.name: c[f.name].value for f in fields(LiveState)})
 
     def draw() -> Any:
-        frame, records = state["frame"], state["records"]
-        if not history:
-            return plot.scale_plot(records, stat=c["stat"].value)
-        shown = choose(frame)
-        selection = names if c["show"].value == NAMES else shown
-        view.shown = shown
-        values = _latest(frame, c["stat"].value, c["grad"].value, shown)
-        readout.value = _readout(
-            values, shown, c["stat"].value, c["grad"].value, frame["step"].max()
-        )
-        formats = DEFAULT_FORMATS if c["limits"].value else ()
-        # Room on the right for the legend's names (36 characters at most, see short_label).
-        with fixed_margins(right=3.1):
-            return plot.history(
-                frame, stat=c["stat"].value, grad=c["grad"].value, names=selection, formats=formats
-            )
+        frame, now = state["frame"], values()
+        if figure == "history":
+            view.shown = shown_modules(frame, now, names)
+            latest = latest_values(frame, now.stat, now.grad, view.shown)
+            step = frame["step"].max()
+            readout.value = readout_html(latest, view.shown, now.stat, now.grad, step)
+        return render(live_drawing(frame, state["records"], now, figure, view.shown, names))
 
     def redraw() -> None:
         with lock:
@@ -256,38 +136,9 @@ def live_view(
         """Set the controls' options from what the recording holds."""
         state["busy"] = True  # one redraw after, not one per control changed
         try:
-            stats = _statistics(frame, spec)
-            set_options(c["stat"], stats, c["stat"].value, default=stat)
-            c["stat"].layout.display = "" if len(stats) > 1 else "none"
-            if not history:
-                return
-            directions = set(frame.loc[frame["kind"] == "output", "grad"].astype(bool))
-            if len(directions) == 1:
-                c["grad"].value = directions.pop()
-            c["grad"].layout.display = "" if len(directions) > 1 else "none"
-            c["limits"].layout.display = ""
-            outputs = frame[frame["kind"] == "output"]
-            order = list(dict.fromkeys(outputs["name"].astype(str)))
-            depth = depth_layout(leaf_names(order))
-            types = dict(
-                zip(outputs["name"].astype(str), outputs["type"].astype(str), strict=False)
-            )
-            role = informative_role(depth, {n: t.rsplit(".", 1)[-1] for n, t in types.items()})
-            options = [(f"{r} in every block", _ROLE + r) for r in depth.roles]
-            options += [("largest and smallest", EXTREMES), ("every module", ALL)]
-            default = (
-                _ROLE + role
-                if role is not None
-                else (ALL if len(leaf_names(order)) <= _NAMED else EXTREMES)
-            )
-            if names is not None:
-                options.insert(0, ("names=", NAMES))
-                default = NAMES
-            first = c["show"].value == ""
-            set_options(c["show"], options, c["show"].value, default=default)
-            if first:
-                c["show"].value = default
-            c["show"].layout.display = "" if len(options) > 1 else "none"
+            for key, choice in live_choices(frame, spec, values(), names, figure, stat).items():
+                set_options(c[key], choice)
+            c["limits"].layout.display = "" if figure == "history" else "none"
         finally:
             state["busy"] = False
 
@@ -336,8 +187,7 @@ def live_view(
         if thread is not None:
             thread.join(timeout=max(interval, 1.0) * 2 + 5)
 
-    for control in c.values():
-        control.observe(lambda _change: redraw(), names="value")
+    observe(list(c.values()), redraw)
     rows = [w.HBox([c["stat"], c["show"]]), w.HBox([c["grad"], c["limits"]])]
     view = make_viewer(w, c, [status, *rows], panel, redraw)
     view.children = (*view.children, readout)

@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from .. import plot
-from ..data.select import first_stashes, recorded_steps
-from ..plot._figure import DEFAULT_FORMATS, fixed_margins
-
-if TYPE_CHECKING:
-    import ipywidgets
-    from matplotlib.figure import Figure
+from ..data._scale_view import ScaleState, scale_choices, scale_drawing, scale_steps
+from ..data._views import Note
 from ._base import (
-    EMPTY,
     Panel,
     Quiet,
-    default_stat,
     empty_viewer,
     ipywidgets_module,
     make_viewer,
     observe,
+    render,
     set_options,
-    stat_options,
 )
+
+if TYPE_CHECKING:
+    import ipywidgets
 
 __all__ = ["scale_viewer"]
 
@@ -57,48 +54,29 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
         'log2(abs_max)'
     """
     w = ipywidgets_module()
-    # The options from one stash per module and direction; each figure reads one step:
-    # a long run's viewer opens and redraws in a moment.
-    stashes = first_stashes(tracker, "tracker")
-    if not stashes:
-        return empty_viewer(w, EMPTY)
-    options = stat_options(stashes)
-    if not options:
-        return empty_viewer(w, "No stash holds a tensor or statistics to take the scale of.")
-    kinds = list(dict.fromkeys(s.kind for s in stashes))
-    kind = "output" if "output" in kinds else kinds[0]
-    steps = recorded_steps(tracker, "tracker", kind)
+    choices = scale_choices(tracker)
+    if isinstance(choices, Note):
+        return empty_viewer(w, choices)
     c: dict[str, Any] = {
-        "stat": w.Dropdown(options=options, value=default_stat(options), description="statistic"),
-        "kind": w.Dropdown(options=kinds, value=kind, description="kind"),
-        "step": w.Dropdown(options=steps, value=steps[-1], description="step"),
-        "limits": w.Checkbox(value=True, description="format limits", indent=False),
+        key: w.Dropdown(options=choice.options, value=choice.value, description=label)
+        for (key, choice), label in zip(choices.items(), ("statistic", "kind", "step"), strict=True)
     }
+    c["limits"] = w.Checkbox(value=True, description="format limits", indent=False)
     panel = Panel(w)
     quiet = Quiet()
 
-    def draw() -> Figure:
-        with fixed_margins():  # constrained layout would take most of a redraw's time
-            return plot.scale_plot(
-                tracker,
-                stat=c["stat"].value,
-                kind=c["kind"].value,
-                step=c["step"].value,
-                formats=DEFAULT_FORMATS if c["limits"].value else (),
-            )
-
     def redraw() -> None:
         if not quiet.active:
-            panel.show(draw)
+            state = ScaleState(**{f.name: c[f.name].value for f in fields(ScaleState)})
+            panel.show(lambda: render(scale_drawing(tracker, state)))
             box.figure = panel.figure
 
     def on_kind() -> None:
         with quiet:
-            kind_steps = recorded_steps(tracker, "tracker", c["kind"].value)
-            set_options(c["step"], kind_steps, c["step"].value, kind_steps[-1])
+            set_options(c["step"], scale_steps(tracker, c["kind"].value, c["step"].value))
         redraw()
 
-    c["kind"].observe(lambda _change: on_kind(), names="value")
+    observe([c["kind"]], on_kind)
     observe([c["stat"], c["step"], c["limits"]], redraw)
     row = w.HBox([c["stat"], c["kind"], c["step"], c["limits"]])
     box = make_viewer(w, c, [row], panel, redraw)
