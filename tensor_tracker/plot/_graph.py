@@ -1,17 +1,18 @@
-"""`module_graph` and `autograd_graph` figures: the layered layout of the data layer drawn
-with matplotlib, so that a graph saves as PNG or PDF without Graphviz or a browser."""
+"""`module_graph` and `autograd_graph` figures: the probe layer's `Layout` of a level (its
+boxes and edge routes, the ones the SVG draws) drawn with matplotlib, so that a graph saves
+as PNG or PDF without Graphviz or a browser."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._optional import require
 from ..errors import ArgumentTypeError
 from ..probe.autograd_graph import MAX_DRAWN, AutogradGraph
-from ..probe.graph import NODE_COLOURS, NODE_HEIGHT, NODE_WIDTH, GraphEdge, ModuleGraph, node_label
+from ..probe.graph import NODE_COLOURS, GraphEdge, Layout, ModuleGraph, node_label
 from ._figure import MAX_WIDTH, fixed_margins, new_figure, root_figure
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def module_graph(
         _Box(n.id, node_label(n), NODE_COLOURS.get(n.kind, "#f3f3f3"), dashed=n.kind == "group")
         for n in level["nodes"]
     ]
-    return _draw(boxes, level["edges"], level["positions"], NODE_HEIGHT, ax)
+    return _draw(boxes, level["edges"], level["layout"], ax)
 
 
 def autograd_graph(
@@ -128,25 +129,19 @@ def autograd_graph(
             f"autograd_graph: graph must be what tensor_tracker.autograd_graph returns, got "
             f"{type(graph).__name__}"
         )
-    nodes, edges, positions = graph.drawn(module, max_nodes)
+    nodes, edges, drawn = graph.laid_out(module, max_nodes)
     boxes = [_Box(n.id, n.label, _OP_COLOURS[n.kind], round=n.kind != "op") for n in nodes]
-    return _draw(boxes, edges, positions, 30, ax)
+    return _draw(boxes, edges, drawn, ax)
 
 
 def _draw(
-    boxes: Sequence[_Box],
-    edges: Sequence[GraphEdge],
-    positions: dict[str, tuple[float, float]],
-    height: float,
-    ax: Axes | None,
+    boxes: Sequence[_Box], edges: Sequence[GraphEdge], drawn: Layout, ax: Axes | None
 ) -> Figure:
-    """Draw boxes `NODE_WIDTH` by `height` layout pixels at `positions` (offset by 10, as the SVG
-    does), and the edges between them, in a figure sized to the layout."""
+    """Draw `boxes` and the `edges` between them where `drawn` puts them, in a figure sized
+    to the layout."""
     patches = require("matplotlib.patches", "plot")
-    path_module = require("matplotlib.path", "plot")
-    # The layout's extent, with the SVG's margins: 10 around, 130 on the right for bends.
-    right = max((x for x, _ in positions.values()), default=0) + NODE_WIDTH + 150
-    bottom = max((y for _, y in positions.values()), default=0) + height + 20
+    path_class = require("matplotlib.path", "plot").Path
+    right, bottom = drawn.width, drawn.height
     if ax is None:
         width_in, height_in = right * _PX, bottom * _PX
         scale = min(1.0, MAX_WIDTH / width_in, MAX_HEIGHT / height_in)
@@ -162,18 +157,15 @@ def _draw(
     ax.set_ylim(bottom, 0)  # the layout's y grows downwards
     ax.set_aspect("equal", adjustable="box")
     font = _FONT * scale
-    for e in edges:
-        (x1, y1), (x2, y2) = positions[e.source], positions[e.target]
+    for e, route in zip(edges, drawn.routes, strict=True):
+        # Two points: a line; more: cubic Bézier segments, as the SVG's path draws them.
+        codes = [
+            path_class.MOVETO,
+            *[path_class.LINETO if len(route) == 2 else path_class.CURVE4] * (len(route) - 1),
+        ]
         ax.add_patch(
             patches.FancyArrowPatch(
-                path=_edge_path(
-                    path_module.Path,
-                    x1 + NODE_WIDTH / 2 + 10,
-                    y1 + height + 10,
-                    x2 + NODE_WIDTH / 2 + 10,
-                    y2 + 10,
-                    height,
-                ),
+                path=path_class(route, codes),
                 arrowstyle="-|>",
                 mutation_scale=8 * scale,
                 color="#888888",
@@ -182,11 +174,11 @@ def _draw(
             )
         )
     for b in boxes:
-        x, y = positions[b.id]
+        x, y, width, height = drawn.boxes[b.id]
         ax.add_patch(
             patches.FancyBboxPatch(
-                (x + 10, y + 10),
-                NODE_WIDTH,
+                (x, y),
+                width,
                 height,
                 boxstyle=f"round,pad=0,rounding_size={6 if b.round else 2}",
                 facecolor=b.fill,
@@ -197,8 +189,8 @@ def _draw(
             )
         )
         ax.text(
-            x + 10 + NODE_WIDTH / 2,
-            y + 10 + height / 2,
+            x + width / 2,
+            y + height / 2,
             _fit(b.text),
             ha="center",
             va="center",
@@ -207,16 +199,6 @@ def _draw(
             gid=f"label:{b.id}",
         )
     return fig
-
-
-def _edge_path(path_class: Any, x1: float, y1: float, x2: float, y2: float, height: float) -> Any:
-    """The path `edge_svg` draws: straight to the next layer, a curve bending to the right
-    for an edge that skips layers (a residual)."""
-    if y2 - y1 > height + 60:
-        bend = min(40 + (y2 - y1) / 8, 120)
-        verts = [(x1, y1), (x1 + bend, y1 + 30), (x2 + bend, y2 - 30), (x2, y2)]
-        return path_class(verts, [path_class.MOVETO, *[path_class.CURVE4] * 3])
-    return path_class([(x1, y1), (x2, y2)], [path_class.MOVETO, path_class.LINETO])
 
 
 def _fit(text: str) -> str:

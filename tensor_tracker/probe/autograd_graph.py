@@ -14,9 +14,15 @@ from .._validate import check_callable
 from ..core.naming import parameter_names
 from ..core.structure import iter_tensors
 from ..errors import ArgumentValueError
-from .graph import ARROW_MARKER, GraphEdge, edge_svg, layered_layout, record_calls
+from ._graph_format import ARROW_MARKER, route_svg
+from ._graph_layout import Layout, layout
+from ._graph_nodes import GraphEdge
+from ._graph_record import record_calls
 
-__all__ = ["MAX_DRAWN", "AutogradGraph", "OpNode", "autograd_graph"]
+__all__ = ["BOX_HEIGHT", "MAX_DRAWN", "AutogradGraph", "OpNode", "autograd_graph"]
+
+BOX_HEIGHT = 30
+"""An operation's box, in layout pixels (as wide as a module graph's)."""
 
 MAX_DRAWN = 600
 """The most nodes `to_svg` (and a notebook's display) draws unless told otherwise: beyond,
@@ -118,13 +124,25 @@ class AutogradGraph:
         Raises:
             ValueError: more than `max_nodes` to draw, or no operation of `module`.
         """
+        nodes, edges, drawn = self.laid_out(module, max_nodes)
+        return nodes, edges, drawn.positions
+
+    def laid_out(
+        self, module: str | None = None, max_nodes: int = MAX_DRAWN
+    ) -> tuple[list[OpNode], list[GraphEdge], Layout]:
+        """The nodes, edges and their `Layout` (boxes and edge routes) that `to_svg` and
+        `tensor_tracker.plot.autograd_graph` draw.
+
+        Raises:
+            ValueError: more than `max_nodes` to draw, or no operation of `module`.
+        """
         nodes, edges = self._select(module)
         if len(nodes) > max_nodes:
             raise ArgumentValueError(
                 f"autograd_graph: {len(nodes)} operations are too many to draw usefully; "
                 f"draw one module's with to_svg(module=...) or raise max_nodes="
             )
-        return nodes, edges, layered_layout(nodes, edges)  # type: ignore[arg-type]
+        return nodes, edges, layout(nodes, edges, BOX_HEIGHT)
 
     def to_dot(self, module: str | None = None, cluster: bool = True) -> str:
         """Graphviz DOT text: operations as boxes, parameters as red ellipses, inputs blue;
@@ -163,27 +181,22 @@ class AutogradGraph:
         Raises:
             ValueError: more than `max_nodes` to draw (pick a `module`).
         """
-        nodes, edges, positions = self.drawn(module, max_nodes)
-        w, h = 150, 30
-        width = max((x for x, _ in positions.values()), default=0) + w + 150
-        height = max((y for _, y in positions.values()), default=0) + h + 20
+        nodes, _, drawn = self.laid_out(module, max_nodes)
         colour = {"op": "#eef3ff", "param": "#fde2e2", "input": "#e2ecfd", "output": "#eee"}
         out = [
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            'font-family="sans-serif" font-size="10">',
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{drawn.width}" '
+            f'height="{drawn.height}" font-family="sans-serif" font-size="10">',
             ARROW_MARKER,
+            *(route_svg(route) for route in drawn.routes),
         ]
-        for e in edges:
-            (x1, y1), (x2, y2) = positions[e.source], positions[e.target]
-            out.append(edge_svg(x1 + w / 2 + 10, y1 + h + 10, x2 + w / 2 + 10, y2 + 10, h))
         for n in nodes:
-            x, y = positions[n.id]
+            x, y, w, h = drawn.boxes[n.id]
             tip = "\n".join([n.op or n.kind, f"module: {n.module or '-'}", *n.saved])
             out.append(
-                f'<g><title>{html.escape(tip)}</title><rect x="{x + 10}" y="{y + 10}" '
+                f'<g><title>{html.escape(tip)}</title><rect x="{x}" y="{y}" '
                 f'width="{w}" height="{h}" rx="{12 if n.kind != "op" else 4}" '
-                f'fill="{colour[n.kind]}" stroke="#667"/><text x="{x + 10 + w / 2}" '
-                f'y="{y + 10 + h / 2 + 4}" text-anchor="middle">{html.escape(n.label[:24])}'
+                f'fill="{colour[n.kind]}" stroke="#667"/><text x="{x + w / 2}" '
+                f'y="{y + h / 2 + 4}" text-anchor="middle">{html.escape(n.label[:24])}'
                 "</text></g>"
             )
         out.append("</svg>")

@@ -135,3 +135,41 @@ def test_into_an_axes_of_ones_own_and_errors() -> None:
         plot.autograd_graph(graph)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no call"):
         plot.module_graph(graph, "nope#0")
+
+
+def test_the_figure_and_the_svg_draw_one_layout() -> None:
+    """Boxes and edge routes come from `level()["layout"]`, computed once: the figure's
+    patches and the SVG's rects and paths sit exactly where it says (a residual's curve
+    included)."""
+    model, args, _ = graph_models.resnet()
+    graph = tensor_tracker.module_graph(model, *args)
+    level = graph.level("1#0")
+    drawn = level["layout"]
+    assert level["positions"] == drawn.positions
+    fig = plot.module_graph(graph, "1#0")
+    patches = {p.get_gid(): p for p in fig.axes[0].patches}
+    svg = graph.to_svg("1#0")
+    for e, route in zip(level["edges"], drawn.routes, strict=True):
+        # The arrow's path: the route (its end a little short, where the head starts), then the head.
+        shaft = patches[f"edge:{e.source}->{e.target}"].get_path().vertices[: len(route)]
+        assert shaft[:-1].ravel().tolist() == pytest.approx(
+            [v for p in route[:-1] for v in p], abs=0.1
+        )
+        assert shaft[-1].tolist() == pytest.approx(list(route[-1]), abs=1.0)
+        (x, y), *rest = route
+        d = f"M{x},{y} " + ("L" if len(rest) == 1 else "C") + " ".join(f"{a},{b}" for a, b in rest)
+        assert f'd="{d}"' in svg
+    assert any(len(route) == 4 for route in drawn.routes)  # the skip connection bends
+    for n in level["nodes"]:
+        box = patches[f"node:{n.id}"]
+        x, y, width, height = drawn.boxes[n.id]
+        assert (box.get_x(), box.get_y(), box.get_width(), box.get_height()) == (
+            x,
+            y,
+            width,
+            height,
+        )
+        assert f'<rect x="{x}" y="{y}" width="{width}" height="{height}"' in svg
+    width_in, height_in = fig.get_size_inches()
+    assert (width_in * 96, height_in * 96) == pytest.approx((drawn.width, drawn.height))
+    assert f'width="{drawn.width}" height="{drawn.height}"' in svg

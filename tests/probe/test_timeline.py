@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tensor_tracker import summary
-from tensor_tracker.probe.summary import _Recorder
+from tensor_tracker.probe._summary_record import SummaryRecorder
 from tensor_tracker.probe.timeline import (
     CudaMemory,
     EventClock,
@@ -69,7 +69,7 @@ def test_a_cuda_summary_times_with_events_and_never_waits_in_a_hook() -> None:
     assert s.peak_bytes is not None and s.peak_bytes >= root.forward_peak_bytes  # type: ignore[operator]
     # The hooks themselves: no synchronisation between the forward and the backward's end.
     clock = EventClock(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize)
-    recorder = _Recorder(model, clock, CudaMemory(torch.device("cuda", 0)))
+    recorder = SummaryRecorder(model, clock, CudaMemory(torch.device("cuda", 0)))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
