@@ -15,10 +15,10 @@ from torch import Tensor, nn
 
 from ._files import utf8_safe
 from ._optional import require
-from ._validate import check_bool, check_choices, check_count, check_int, check_path, check_type
+from ._validate import check_bool, check_count, check_int, check_path
 from .core.columns import Columns
 from .core.dist import gather_objects
-from .core.options import Options
+from .core.options import Options, document, option_fields
 from .core.records import LogEntry, StashFn, StashValueFn
 from .core.stash_fns import CopyValue, get_stash_fn
 from .core.tracker import Pattern, Recorder, check_module
@@ -44,7 +44,7 @@ from .persist.ranks import (
 from .persist.recording import RecordingWriter, read_recording, spec_of
 from .probe.compare_models import DEFAULT_MAX_BYTES, record_pair
 from .probe.summary import Summary, recorded_summary
-from .stats import StatsFn, parse
+from .stats import StatsFn
 from .stats.store import StatsStore
 
 if TYPE_CHECKING:
@@ -58,17 +58,62 @@ class Tracker(Recorder):
 
     A tracker is a sequence of stashes (`len`, indexing, iteration, in recording order) and a
     context manager that removes its hooks on exit. The recording itself (hooks, `step`,
-    `capture=`, `every=`, memory budget) is `tensor_tracker.core.tracker.Recorder`'s; the
-    arguments are described in `tensor_tracker.core.options.Options`. A `Tracker` adds the ways to read what was recorded.
+    `capture=`, `every=`, memory budget) is `tensor_tracker.core.tracker.Recorder`'s; a
+    `Tracker` adds the ways to read what was recorded.
+
+    Made by hand, it takes the options of `track` (`Tracker(stats=True)`,
+    `Tracker(stream_to=path)`, ...), each declared once in
+    `tensor_tracker.core.options.Options`, except `grad`, `include` and `exclude`, which
+    choose the modules: pass those to `register` or `register_all`. Nothing is attached to
+    a model until then.
+
+    Args:
+        options: all the options at once, as an `Options` (as `track` passes them; then
+            pass no other).
 
     Example:
-        >>> tracker = Tracker()
+        >>> tracker = Tracker(stats=["rms"])
         >>> tracker.register(model[0], "first")
         >>> model(x).sum().backward()
         >>> tracker.unregister()
-        >>> tracker.to_frame()[["name", "grad"]].values.tolist()
-        [['first', False], ['first', True]]
+        >>> tracker.to_frame()[["name", "grad", "rms"]].round(3).values.tolist()
+        [['first', False, 0.589], ['first', True, 0.217]]
     """
+
+    def __init__(
+        self,
+        stash: StashFn | None = None,
+        *,
+        stash_value: StashValueFn | None = None,
+        stats: Any = None,
+        capture: str | Iterable[str] = "outputs",
+        optimizer: torch.optim.Optimizer | None = None,
+        every: int | Mapping[str, int] = 1,
+        train_only: bool = False,
+        max_bytes: int | None = None,
+        keep_steps: int | None = None,
+        device: str | torch.device | None = "cpu",
+        dtype: torch.dtype | None = None,
+        sample: int | None = None,
+        seed: int = 0,
+        non_blocking: bool = False,
+        on_nonfinite: str | Callable[[Any], Any] | None = None,
+        stream_to: str | os.PathLike[str] | None = None,
+        on_disk_full: str = "raise",
+        options: Options | None = None,
+    ) -> None:
+        given = Options.of(locals())  # every option above, by name; checked here
+        if options is None:
+            options = given
+        elif given != Options():
+            raise ArgumentValueError(
+                "options= holds every option: pass the others inside it, not beside it"
+            )
+        super().__init__(options)
+        if options.on_nonfinite is not None:
+            _arm_tripwire(self, options.on_nonfinite)
+        if options.stream_to is not None:
+            _stream(self, options.stream_to, options.on_disk_full)
 
     def to_frame(
         self,
@@ -423,7 +468,7 @@ def track(
     sample: int | None = None,
     seed: int = 0,
     non_blocking: bool = False,
-    on_nonfinite: str | Callable[[NonFinite | None], Any] | None = None,
+    on_nonfinite: str | Callable[[Any], Any] | None = None,
     stream_to: str | os.PathLike[str] | None = None,
     on_disk_full: str = "raise",
 ) -> Tracker:
@@ -548,47 +593,6 @@ def track(
 
     Args:
         module: the model (any `torch.nn.Module`).
-        grad, include, exclude, capture, optimizer, every, train_only, max_bytes,
-            keep_steps: which modules and what of them to record, and how much to keep;
-            each is described once, in `tensor_tracker.core.options.Options` (the object
-            `track` builds from them and checks before touching the model).
-        stash_value: transform applied to each stashed tensor.
-        stash: builds each `Stash` from an `Event` (excludes `stash_value`).
-        stats: `True`, statistic names, or custom statistics (see above).
-        device: where full copies go (`None`: stay on the tensor's device).
-        dtype: dtype of full copies.
-        sample: keep this many random elements of each tensor.
-        seed: seed for `sample`.
-        non_blocking: asynchronous GPU-to-CPU copies into pinned memory.
-        on_nonfinite: a tripwire for NaN and infinities (needs `stats=` with `min`/`max`
-            or `nonfinite`, as `stats=True` has, or at least `sum`: `stats=["sum"]` is the
-            cheapest, one pass per tensor, and also trips when finite values sum beyond
-            ~3.4e38): `"raise"` stops at the end of the first backward pass
-            (or at `step()`) that recorded one, before `optimizer.step()` can write it into
-            the weights, with a `NonFiniteError` naming where it appeared (see
-            `first_nonfinite`; the hooks are removed, the stashes kept); `"warn"` warns
-            once and goes on; a function is called once with the `NonFinite`. Every tensor
-            of an output is watched (tuples, dicts, a Hugging Face `ModelOutput`). The
-            check adds no host synchronisation to the hooks: one per backward pass.
-        stream_to: a directory to write the recording to as the run goes (see
-            `Tracker.save` for the format; needs the `[save]` extra): at each `step()` and
-            at the end of each `with` block, the records so far are appended to disk and
-            dropped from memory, so memory stays flat over any number of steps, and
-            `tensor_tracker.load(path)` reads the run, also from another process while
-            it goes on. A process killed mid-write loses at most the step being written.
-            The tracker itself then holds only the current step. Under
-            `torch.distributed` (initialised before `track` is called), each rank writes
-            its own recording, `stream_to/rank-N`, and `load(stream_to)` reads them all.
-            Each step is written whole or not at all: a process killed (or a Ctrl-C)
-            mid-write loses only the step being written, and `load` says so; a step an
-            exception cut short (the block ended before `step()`) is written as far as
-            it went and listed in `partial_steps`. The end of each `with` block closes
-            the recording's files and releases it (`with t:` again appends).
-        on_disk_full: what a write error of `stream_to=` (a full disk) does. `"raise"`
-            (the default): `step()` raises one `RecordingError` naming the directory and
-            its free space, after closing the recording with every step written before
-            (it loads). `"warn"`: the same closing, then a warning, the hooks removed and
-            training goes on unrecorded. Only with `stream_to=`.
 
     Returns:
         A `Tracker`: a sequence of `Stash` with `to_frame()`, `step()`, `nbytes`.
@@ -601,55 +605,15 @@ def track(
         Nothing is attached to the model when an argument is rejected.
     """
     check_module(module)
-    copy = CopyValue(device, dtype, sample, seed, non_blocking)  # checks their types
-    copy_options = (device, dtype, sample, seed, non_blocking) != ("cpu", None, None, 0, False)
-    custom = [n for n, v in (("stash", stash), ("stash_value", stash_value)) if v is not None]
-    if custom and stats not in (None, False):
-        raise ArgumentValueError(
-            f"stats= replaces the stashed tensors by statistics; it cannot be combined with "
-            f"{custom[0]}= (compute statistics inside your own function instead)"
-        )
-    if custom and copy_options:
-        raise ArgumentValueError(
-            f"device=/dtype=/sample=/seed=/non_blocking= configure the default copy; they cannot "
-            f"be combined with {custom[0]}="
-        )
-    if stats not in (None, False):
-        if copy_options:
-            raise ArgumentValueError(
-                "stats= keeps statistics, not copies; drop device=/dtype=/sample=/non_blocking="
-            )
-        stash_value = parse(stats)
-    elif not custom:
-        stash_value = copy
-    options = Options(
-        get_stash_fn(stash_value, stash),
-        grad=grad,
-        include=include,
-        exclude=exclude,
-        capture=capture,
-        optimizer=optimizer,
-        every=every,
-        train_only=train_only,
-        max_bytes=max_bytes,
-        keep_steps=keep_steps,
-    )
+    options = Options.of(locals())  # every option above, by name; checked here
     tracker = Tracker(options=options)
-    if on_nonfinite is not None:
-        _arm_tripwire(tracker, on_nonfinite)
-    check_type(on_disk_full, str, "on_disk_full=", '"raise" or "warn"')
-    check_choices({on_disk_full}, "on_disk_full=", ("raise", "warn"))
-    if stream_to is None and on_disk_full != "raise":
-        raise ArgumentValueError(
-            f"on_disk_full={on_disk_full!r} says what a write error of stream_to= does, and "
-            "nothing is streamed: pass stream_to=<a directory> too, or leave on_disk_full out"
-        )
-    if stream_to is not None:
-        _stream(tracker, stream_to, on_disk_full)
-    tracker.register_all(
-        module, grad=options.grad, include=options.include, exclude=options.exclude
-    )
+    tracker.register_all(module, options.grad, options.include, options.exclude)
     return tracker
+
+
+# Each option is documented once, in its declaration in `Options`.
+track.__doc__ = document(track.__doc__ or "", [f.name for f in option_fields()])
+Tracker.__doc__ = document(Tracker.__doc__ or "", [f.name for f in option_fields("tracker")])
 
 
 def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -> None:
@@ -706,17 +670,10 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -
 
 
 def _arm_tripwire(tracker: Tracker, on_nonfinite: str | Callable[[NonFinite | None], Any]) -> None:
-    """Set up `track(..., on_nonfinite=...)` (before any hook is attached)."""
-    if not callable(on_nonfinite):
-        check_type(on_nonfinite, str, "on_nonfinite=", '"raise", "warn", a function or None')
-        check_choices({on_nonfinite}, "on_nonfinite=", ("raise", "warn"))
+    """Set up `on_nonfinite=` (checked by `Options`) before any hook is attached."""
     require("pandas", "pandas")  # to say where it appeared
     store = tracker.stashes.store
-    if not isinstance(store, StatsStore):
-        raise ArgumentValueError(
-            "on_nonfinite= reads the statistics of each tensor: pass stats=True (or "
-            'stats=["sum"], the cheapest)'
-        )
+    assert isinstance(store, StatsStore), "Options checks that on_nonfinite= has statistics"
     store.watch()
 
     def handler() -> None:

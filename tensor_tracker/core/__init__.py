@@ -5,8 +5,8 @@ sized through an `nbytes` attribute, so it needs to know nothing about what the 
 above store in a stash.
 
 - `tracker`: `Recorder`: registering modules, steps, `with` blocks; `stash()`.
-- `options`: `Options`, how a tracker records (every option of `track` and `Tracker`
-  about what to record), checked once.
+- `options`: `Options`, every option of `track` and `Tracker`, each declared (type,
+  default, documentation, check) once.
 - `hooks`: the eager hooks and the record path, from a module's output to the stored row.
 - `compiled`: the compiled-graph path: statistics computed inside a compiled model's
   graphs, delivered through `graph_sink`.

@@ -138,8 +138,7 @@ class EagerHooks:
         def unregister(self) -> None: ...
 
     def __init__(self, options: Options) -> None:
-        stash_fn = options.stash
-        assert stash_fn is not None  # Options fills in the default
+        stash_fn = options.stash_fn
         self._stash_fn: StashFn = stash_fn
         # With the standard StashFn the hooks build each Stash directly (no Event); only
         # stashes built by a user's own StashFn need the tracker to stamp call/step/kind.

@@ -17,6 +17,8 @@ from .structure import rmap, rmap_tensor
 
 __all__ = [
     "CopyValue",
+    "check_copy_device",
+    "check_copy_dtype",
     "default_stash",
     "default_stash_value",
     "get_stash_fn",
@@ -119,6 +121,47 @@ class BoundDefaultStash:
         return f"default_stash(stash_value={self.stash_value!r})"
 
 
+def check_copy_dtype(dtype: Any, argument: str) -> torch.dtype | None:
+    """`dtype` must be `None` or a floating-point (or complex) `torch.dtype`: what copies
+    may be stored in."""
+    if dtype is None:
+        return None
+    check_type(dtype, torch.dtype, argument, "a torch.dtype such as torch.bfloat16")
+    if not (dtype.is_floating_point or dtype.is_complex):
+        # An integer or bool copy of activations truncates them (0.7 -> 0).
+        raise ArgumentValueError(
+            f"{argument} must be a floating-point dtype for copies (torch.float16, "
+            f"torch.bfloat16, torch.float32, ...), got {dtype}: it would truncate the values"
+        )
+    return dtype  # type: ignore[no-any-return]
+
+
+def check_copy_device(device: Any, argument: str) -> torch.device | None:
+    """`device` must be `None` (each copy stays on its tensor's device) or a device this
+    machine has (`"cpu"`, `"cuda:0"`, a `torch.device`); returned as a `torch.device`."""
+    if device is None:
+        return None
+    check_type(device, (str, torch.device), argument, "a torch device ('cpu', 'cuda:0')")
+    try:
+        checked = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ArgumentValueError(
+            f"{argument}{device!r} is not a torch device ('cpu', 'cuda:0', ...; None keeps "
+            f"copies on each tensor's own device): {error}"
+        ) from None
+    try:
+        # A device this machine lacks (cuda:7 on one GPU, CUDA on a CPU build) would fail
+        # every copy in the hooks: each record an Unrecorded. Refuse it here.
+        torch.empty(0, device=checked)
+    except (AssertionError, RuntimeError, NotImplementedError) as error:
+        raise ArgumentValueError(
+            f"{argument}{device!r}: this machine cannot hold tensors there ({error}); pass a "
+            "device it has ('cpu', or 'cuda:N' below torch.cuda.device_count() = "
+            f"{torch.cuda.device_count()}), or None to keep copies on each tensor's own device"
+        ) from None
+    return checked
+
+
 class CopyValue:
     """A `StashValueFn` that copies tensors with a choice of where, in what dtype, and how much.
 
@@ -159,37 +202,8 @@ class CopyValue:
         check_count(sample, "sample=", "elements to keep", optional=True)
         check_int(seed, "seed=")
         check_bool(non_blocking, "non_blocking=")
-        if dtype is not None:
-            check_type(dtype, torch.dtype, "dtype=", "a torch.dtype such as torch.bfloat16")
-            if not (dtype.is_floating_point or dtype.is_complex):
-                # An integer or bool copy of activations truncates them (0.7 -> 0).
-                raise ArgumentValueError(
-                    f"dtype= must be a floating-point dtype for copies (torch.float16, "
-                    f"torch.bfloat16, torch.float32, ...), got {dtype}: it would truncate the "
-                    "values"
-                )
-        if device is not None:
-            check_type(device, (str, torch.device), "device=", "a torch device ('cpu', 'cuda:0')")
-        try:
-            self.device = None if device is None else torch.device(device)
-        except (RuntimeError, TypeError) as error:
-            raise ArgumentValueError(
-                f"device={device!r} is not a torch device ('cpu', 'cuda:0', ...; None keeps "
-                f"copies on each tensor's own device): {error}"
-            ) from None
-        if self.device is not None:
-            try:
-                # A device this machine lacks (cuda:7 on one GPU, CUDA on a CPU build) would
-                # fail every copy in the hooks: each record an Unrecorded. Refuse it here.
-                torch.empty(0, device=self.device)
-            except (AssertionError, RuntimeError, NotImplementedError) as error:
-                raise ArgumentValueError(
-                    f"device={device!r}: this machine cannot hold tensors there ({error}); "
-                    "pass a device it has ('cpu', or 'cuda:N' below "
-                    f"torch.cuda.device_count() = {torch.cuda.device_count()}), or None to keep "
-                    "copies on each tensor's own device"
-                ) from None
-        self.dtype = dtype
+        self.device = check_copy_device(device, "device=")
+        self.dtype = check_copy_dtype(dtype, "dtype=")
         self.sample = sample
         self.seed = seed
         self.non_blocking = non_blocking

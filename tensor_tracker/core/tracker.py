@@ -14,7 +14,7 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast, overload
 
 import torch
@@ -31,7 +31,7 @@ from .graph_sink import can_emit, close_sink, traces_gradients
 from .hooks import Registration
 from .naming import module_names
 from .options import CAPTURE, Options, Pattern, check_filters, compile_pattern
-from .records import Kind, LogEntry, Stash, StashFn
+from .records import Kind, LogEntry, Stash
 
 __all__ = ["CAPTURE", "Options", "Pattern", "Recorder", "compile_pattern", "stash"]
 
@@ -125,13 +125,10 @@ class Recorder(CompiledHooks):
     context manager that removes its hooks on exit.
 
     Args:
-        stash: the `StashFn` that turns each hook `Event` into a `Stash` (see `Options`).
-        capture, optimizer, every, train_only, max_bytes, keep_steps: what to record and
-            keep; each is described in `Options`.
-        options: all of them at once, as `track` passes them (then pass no other).
+        options: how it records (see `Options`; `Options()` for the defaults).
 
     Example:
-        >>> tracker = Recorder()
+        >>> tracker = Recorder(Options())
         >>> tracker.register(model[0], "first")
         >>> model(x).sum().backward()
         >>> tracker.unregister()
@@ -139,43 +136,11 @@ class Recorder(CompiledHooks):
         [('first', False), ('first', True)]
     """
 
-    def __init__(
-        self,
-        stash: StashFn | None = None,
-        *,
-        capture: str | Iterable[str] = "outputs",
-        optimizer: torch.optim.Optimizer | None = None,
-        every: int | Mapping[str, int] = 1,
-        train_only: bool = False,
-        max_bytes: int | None = None,
-        keep_steps: int | None = None,
-        options: Options | None = None,
-    ) -> None:
-        if options is None:
-            options = Options(
-                stash,
-                capture=capture,
-                optimizer=optimizer,
-                every=every,
-                train_only=train_only,
-                max_bytes=max_bytes,
-                keep_steps=keep_steps,
-            )
-        else:
-            check_type(options, Options, "options=", "a tensor_tracker.core.options.Options")
-            given = (stash, capture, optimizer, every, train_only, max_bytes, keep_steps)
-            if given != (None, "outputs", None, 1, False, None, None):
-                raise ArgumentValueError(
-                    "options= holds every option: pass the others inside it, not beside it"
-                )
+    def __init__(self, options: Options) -> None:
+        check_type(options, Options, "options=", "a tensor_tracker.core.options.Options")
         super().__init__(options)
         self.options = options
         """The options this tracker records with (checked when it was made)."""
-        if options.keep_steps is not None and self.stashes.store is not None:
-            raise ArgumentValueError(
-                "keep_steps= keeps the full copies of the last steps (a flight recorder); "
-                "with stats= every step's statistics are kept anyway: drop one of them"
-            )
         self._optimizer = options.optimizer
         every = options.every
         self._every_default = options.every_of("default")

@@ -118,6 +118,7 @@ Example:
     {'mean': 33333.33, 'rms': 57735.03, 'fp16_overflow': 0.3333333333333333}
 """
 
+from ..core.options import use_stats_parser
 from . import formats
 from .fn import Spec, StatsFn, compute, parse
 from .layout import Layout
@@ -139,6 +140,10 @@ from .spec import (
 )
 from .table import stats_table
 from .values import Stats
+
+# `track(stats=...)` and `Tracker(stats=...)` are checked and parsed in `core.options`, which
+# sits below this layer and so cannot import `parse`: it is handed over here, once.
+use_stats_parser(parse)
 
 __all__ = [
     "BLOCK_NAMES",

@@ -1,21 +1,31 @@
-"""`Options`: every option of `track` about what to record, checked once, before anything
-touches the model; `Recorder` takes it whole; the memory budget on its own."""
+"""`Options`: every option of `track` and `Tracker`, declared, documented and checked once,
+before anything touches the model; `track`'s and `Tracker`'s signatures and docs follow the
+declarations; `Recorder` takes it whole; the memory budget on its own."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
-from tensor_tracker import Tracker, track
+from tensor_tracker import Tracker, load, track
 from tensor_tracker.core.budget import MemoryBudget, value_nbytes
 from tensor_tracker.core.columns import Columns
-from tensor_tracker.core.options import Options
+from tensor_tracker.core.options import Options, option_fields
 from tensor_tracker.core.tracker import Recorder
-from tensor_tracker.errors import ArgumentTypeError, ArgumentValueError, MemoryBudgetError
+from tensor_tracker.errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    MemoryBudgetError,
+    NonFiniteError,
+)
+from tests.helpers import hook_count, mlp
 
 
 def test_options_are_normalised_once() -> None:
@@ -28,7 +38,7 @@ def test_options_are_normalised_once() -> None:
         1,
         1,
     )
-    assert callable(options.stash)  # the default StashFn, filled in
+    assert options.stash is None and callable(options.stash_fn)  # the default StashFn
     with pytest.raises(
         dataclasses.FrozenInstanceError
     ):  # frozen: nothing changes it after the checks
@@ -55,12 +65,14 @@ def test_options_are_normalised_once() -> None:
 def test_each_option_is_checked_and_named(kwargs: dict, error: type, named: str) -> None:
     with pytest.raises(error, match=re.escape(named)):
         Options(**kwargs)
-    # track() checks through the same object, before any hook is attached.
+    # track() and Tracker() check through the same object, before any hook is attached.
     model = nn.Linear(2, 2)
-    if "stash" not in kwargs:
-        with pytest.raises(error, match=re.escape(named)):
-            track(model, **kwargs)
+    with pytest.raises(error, match=re.escape(named)):
+        track(model, **kwargs)
     assert not model._forward_hooks and not model._forward_pre_hooks
+    if not {"grad", "include", "exclude"} & set(kwargs):
+        with pytest.raises(error, match=re.escape(named)):
+            Tracker(**kwargs)
 
 
 def test_track_builds_one_options_object_the_tracker_keeps() -> None:
@@ -75,14 +87,160 @@ def test_track_builds_one_options_object_the_tracker_keeps() -> None:
     assert [(s.name, s.grad) for s in t] == [("0", False), ("", False)]
 
 
-def test_recorder_takes_options_or_keywords_not_both() -> None:
+def test_tracker_takes_options_or_keywords_not_both() -> None:
     options = Options(capture="params")
     assert Tracker(options=options).options is options
-    assert Recorder(capture="params").options.capture == frozenset({"params"})
+    assert Recorder(options).options is options
+    assert Tracker(capture="params").options.capture == frozenset({"params"})
     with pytest.raises(ArgumentValueError, match="options="):
-        Recorder(options=options, capture="inputs")
+        Tracker(options=options, capture="inputs")
     with pytest.raises(ArgumentTypeError, match="options="):
-        Recorder(options={"capture": "params"})  # type: ignore[arg-type]
+        Tracker(options={"capture": "params"})  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="options="):
+        Recorder({"capture": "params"})  # type: ignore[arg-type]
+
+
+def _params(function: Any, skip: tuple[str, ...]) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(function).parameters.values() if p.name not in skip]
+
+
+def test_track_and_tracker_take_the_declared_options() -> None:
+    """Same names, order, defaults and types as the declarations: an option added to
+    `Options` but not to `track` or `Tracker` (or the other way round) fails here."""
+    declared = option_fields()
+    # Tracker(stash) first, as the contract has it; then the declaration order.
+    on_tracker = sorted(option_fields("tracker"), key=lambda f: f.name != "stash")
+    signatures = [
+        (_params(track, ("module",)), declared),
+        (_params(Tracker.__init__, ("self", "options")), on_tracker),
+    ]
+    for params, fields in signatures:
+        assert [p.name for p in params] == [f.name for f in fields]
+        for param, field in zip(params, fields, strict=True):
+            assert (param.default, param.annotation) == (field.default, field.type), param.name
+    # The contract's positional parameters, and register_all's, which take the rest.
+    positional = (inspect.Parameter.POSITIONAL_OR_KEYWORD,)
+    assert [p.name for p in _params(track, ()) if p.kind in positional] == [
+        "module", "grad", "include", "exclude", "stash_value", "stash",
+    ]  # fmt: skip
+    assert [p.name for p in _params(Tracker.__init__, ("self",)) if p.kind in positional] == [
+        "stash"
+    ]
+    registration = option_fields("registration")
+    params = _params(Tracker.register_all, ("self", "module"))
+    assert [(p.name, p.default) for p in params] == [(f.name, f.default) for f in registration]
+
+
+def _documented(doc: str, section: str) -> dict[str, str]:
+    """The `name: text` entries of a docstring section, the text on one line."""
+    entries: dict[str, str] = {}
+    name = ""
+    lines = inspect.cleandoc(doc).splitlines()
+    start = lines.index(f"{section}:")
+    for line in lines[start + 1 :]:
+        if not line.startswith("    "):
+            break
+        if line.startswith("        "):
+            entries[name] += " " + line.strip()
+        else:
+            name, _, text = line.strip().partition(": ")
+            entries[name] = text
+    return entries
+
+
+def test_each_option_is_documented_as_declared() -> None:
+    docs = {f.name: " ".join(f.metadata["doc"].split()) for f in option_fields()}
+    tracker_docs = {f.name: docs[f.name] for f in option_fields("tracker")}
+    assert _documented(track.__doc__ or "", "Args") == {
+        "module": "the model (any `torch.nn.Module`).",
+        **docs,
+    }
+    assert _documented(Tracker.__doc__ or "", "Args") == {
+        "options": "all the options at once, as an `Options` (as `track` passes them; then "
+        "pass no other).",
+        **tracker_docs,
+    }
+    assert _documented(Options.__doc__ or "", "Attributes") == docs
+
+
+# A value other than the default for each option, with what it needs beside it.
+NOT_DEFAULT: dict[str, dict[str, Any]] = {
+    "grad": {"grad": False},
+    "include": {"include": "0"},
+    "exclude": {"exclude": "1"},
+    "stash_value": {"stash_value": torch.Tensor.sum},
+    "stash": {"stash": lambda event: None},
+    "stats": {"stats": True},
+    "capture": {"capture": "params"},
+    "every": {"every": 2},
+    "train_only": {"train_only": True},
+    "max_bytes": {"max_bytes": 10},
+    "keep_steps": {"keep_steps": 2},
+    "device": {"device": None},
+    "dtype": {"dtype": torch.bfloat16},
+    "sample": {"sample": 3},
+    "seed": {"seed": 1},
+    "non_blocking": {"non_blocking": True},
+    "on_nonfinite": {"on_nonfinite": "warn", "stats": True},
+}
+
+
+@pytest.mark.parametrize("name", [f.name for f in option_fields()])
+def test_each_option_reaches_the_tracker(name: str, tmp_path: Path) -> None:
+    model = mlp()
+    kwargs = {**NOT_DEFAULT.get(name, {name: None}), "stream_to": tmp_path / "run"}
+    if name == "optimizer":
+        kwargs[name] = torch.optim.SGD(model.parameters(), lr=0.1)
+    if name == "on_disk_full":
+        kwargs[name] = "warn"
+    default = Options()
+    with track(model, **kwargs) as t:
+        pass
+    assert getattr(t.options, name) != getattr(default, name)
+    if name not in ("grad", "include", "exclude"):
+        with Tracker(**{**kwargs, "stream_to": tmp_path / "manual"}) as manual:
+            pass
+        assert getattr(manual.options, name) != getattr(default, name)
+
+
+def test_a_manual_tracker_records_what_track_records() -> None:
+    model, x = mlp(), torch.randn(3, 4)
+    with track(model, stats=["rms", "sum"], capture=("outputs", "params")) as t:
+        model(x).sum().backward()
+    manual = Tracker(stats=["rms", "sum"], capture=("outputs", "params"))
+    manual.register_all(model)
+    model.zero_grad()  # the parameters' gradients as track() saw them
+    with manual:
+        model(x).sum().backward()
+    assert hook_count(model) == 0
+    columns = ["name", "kind", "attr", "grad", "rms", "sum"]
+    assert manual.to_frame()[columns].equals(t.to_frame()[columns])
+
+
+def test_a_manual_tracker_streams_and_trips(tmp_path: Path) -> None:
+    model, x = mlp(), torch.randn(3, 4)
+    manual = Tracker(stats=True, stream_to=tmp_path / "run")
+    manual.register(model[0], "first")
+    with manual:
+        for _ in range(2):
+            model(x).sum().backward()
+            manual.step()
+    assert len(manual) == 0  # on disk, not in memory
+    assert sorted(set(load(tmp_path / "run").to_frame()["step"])) == [0, 1]
+    model[0].bias.data[0] = float("nan")
+    tripwire = Tracker(stats=["sum"], on_nonfinite="raise")
+    tripwire.register(model[0], "first")
+    with pytest.raises(NonFiniteError, match="'first'"), tripwire:
+        model(x).sum().backward()
+    assert hook_count(model) == 0
+
+
+def test_options_that_act_later_are_checked_before_anything_is_made(tmp_path: Path) -> None:
+    model = mlp()
+    for kwargs in ({"include": "("}, {"on_nonfinite": "raise"}, {"on_disk_full": "ignore"}):
+        with pytest.raises(ArgumentValueError):
+            track(model, stream_to=tmp_path / "run", **kwargs)
+        assert hook_count(model) == 0 and not (tmp_path / "run").exists()
 
 
 def test_memory_budget_counts_and_stops_before_the_limit() -> None:
