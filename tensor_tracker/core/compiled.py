@@ -45,7 +45,7 @@ _AWAITED_CALLS = 64
 
 
 class _Awaiting:
-    """A compiled module call whose output's gradient is hooked (`_graph_hook`), and
+    """A compiled module call whose output's gradient is hooked (`forward_hook`), and
     the backward passes (graph tasks) in which the output's and the base's hooks last
     delivered: the first of the two in a pass is recorded."""
 

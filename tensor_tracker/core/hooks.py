@@ -98,7 +98,12 @@ class EagerHooks:
         backward pass (see `grad_hooks`). Tensor hooks add no autograd node, so gradients
         stay bitwise identical and later in-place ops on `value` are allowed; a hook
         registered now sees the gradient of the value as it is now."""
-        tensors, wanted = grad_targets(value)
+        tensors: list[Tensor] | None
+        wanted: Any
+        if isinstance(value, Tensor):  # `grad_targets`' first case inline: one call fewer
+            tensors, wanted = None, value.requires_grad
+        else:
+            tensors, wanted = grad_targets(value)
         if not torch.is_grad_enabled():
             if reg.no_grad_call != call:
                 reg.no_grad_call = call
