@@ -136,7 +136,7 @@ class Tracker(Recorder):
             {False: 4, True: 4}
         """
         self._sync()
-        stats_fn = getattr(self._stash_fn, "stash_value", None)
+        stats_fn = getattr(self.options.stash_fn, "stash_value", None)
         names = (stats_fn.names + stats_fn.layout.vectors) if isinstance(stats_fn, StatsFn) else ()
         frame = to_frame(self.stashes, stat, stat_name, names)
         ranks = self._ranks()
@@ -233,7 +233,7 @@ class Tracker(Recorder):
         parts = gather_objects(part, dst, group)
         if parts is None:
             return None
-        merged = Tracker._of_ranks(self._stash_fn, parts, [e for p in parts for e in p.log])
+        merged = Tracker._of_ranks(self.options.stash_fn, parts, [e for p in parts for e in p.log])
         merged.rank, merged.world_size = self.rank, self.world_size
         return merged
 
@@ -272,7 +272,7 @@ class Tracker(Recorder):
                 "statistic combines over ranks only when every rank recorded it: record "
                 "the same stats= on every rank (to_frame() shows each rank's own)"
             )
-        stats_fn = getattr(self._stash_fn, "stash_value", None)
+        stats_fn = getattr(self.options.stash_fn, "stash_value", None)
         names = stats_fn.names if isinstance(stats_fn, StatsFn) else ()
         ranks = self._ranks() or [0] * len(self.stashes)
         frame: pandas.DataFrame = combined_frame(self.stashes, ranks, names)
@@ -627,7 +627,7 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -
     # files) until a garbage collection.
     recorder = weakref.ref(tracker)
 
-    def flush(block_ended: bool) -> None:
+    def flush(block_ended: bool, step: int) -> None:
         nonlocal stopped
         tracker = recorder()
         if tracker is None or (writer.closed and not stopped):
@@ -658,7 +658,7 @@ def _stream(tracker: Tracker, path: str | os.PathLike[str], on_disk_full: str) -
         if late > 0:
             warnings.warn(
                 f"tensor_tracker: {late} record(s) made by another "
-                f"thread while step {tracker._step} was written to {path} were dropped: call "
+                f"thread while step {step} was written to {path} were dropped: call "
                 "step() between the model's passes, not during them",
                 RuntimeWarning,
                 3,

@@ -38,7 +38,7 @@ def test_distributed_example_reports_a_gathered_run(capsys: pytest.CaptureFixtur
         model = tiny_model()
         t = track(model, stats=True, capture=("outputs", "params"))
         ranks.append(train(model, t, steps=2, tokens=batch()))
-    run = Tracker(ranks[0]._stash_fn)
+    run = Tracker(ranks[0].options.stash_fn)
     run.row_ranks = merge(list(enumerate(r.stashes for r in ranks)), run.stashes)
     for sharded in (False, True):
         report(run, sharded)

@@ -4,12 +4,18 @@ This layer depends on torch alone; statistics, tables and viewers build on it. V
 sized through an `nbytes` attribute, so it needs to know nothing about what the layers
 above store in a stash.
 
-- `tracker`: `Recorder`: registering modules, steps, `with` blocks; `stash()`.
+- `tracker`: `Recorder`, the facade over the parts below: registering modules, steps,
+  `with` blocks; `stash()`.
+- `clock`: `Clock`, the step, its kind and `every=`.
+- `sink`: `RecordSink`, where every record goes (store, budget, `keep_steps=`, non-finite
+  watch).
+- `registrations`: `Registrations`, the registered modules and their hook handles.
+- `plan`: what to hook, decided once (pure functions both hook paths apply).
 - `options`: `Options`, every option of `track` and `Tracker`, each declared (type,
   default, documentation, check) once.
-- `hooks`: the eager hooks and the record path, from a module's output to the stored row.
-- `compiled`: the compiled-graph path: statistics computed inside a compiled model's
-  graphs, delivered through `graph_sink`.
+- `hooks`: `EagerHooks`, the eager hooks, from a module's output to the sink.
+- `compiled`: `CompiledHooks`, the compiled-graph path: statistics computed inside a
+  compiled model's graphs, delivered through `graph_sink`.
 - `budget`: `max_bytes=`, the bytes the records hold against a limit.
 - `naming`: the one naming of modules and parameters (aliases by their first name;
   compile, DDP and FSDP wrappers left out), for `track()` and the one-pass probes.

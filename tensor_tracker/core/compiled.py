@@ -1,12 +1,13 @@
-"""The compiled-graph path: statistics computed inside a `torch.compile`d model's graphs.
+"""`CompiledHooks`: statistics computed inside a `torch.compile`d model's graphs.
 
-With `stats=` on a compiled model, a module's forward hook (`_graph_hook`) is traced by
+With `stats=` on a compiled model, a module's forward hook (`forward_hook`) is traced by
 TorchDynamo into the model's graph instead of breaking it: the statistics of the output
 (and, through the gradient hooks it registers, of the gradient) are computed in the graph
 and handed out through `emit` (see `graph_sink`) to `_deliver`, which numbers the calls,
-matches each gradient to its forward call (`_Awaiting`) and stores the raw statistics as
-a row (`_put_raw`). What cannot be traced takes the eager path (`hooks`), behind a graph
-break.
+matches each gradient to its forward call (`_Awaiting`) and gives the raw statistics to
+`RecordSink.put_raw`. What cannot be traced (`plan.graph_route`) takes the eager path
+(`EagerHooks.forward_hook`), behind a graph break. The view rule is `grad_hooks.stand_in`,
+as in eager mode.
 """
 
 from __future__ import annotations
@@ -18,21 +19,22 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from .._torch_compat import forget_compiled_code, graph_task_id, queue_at_end_of_backward
+from .._torch_compat import forget_compiled_code, graph_task_id
+from .clock import Clock
 from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
 from .grad_hooks import stand_in, view_replay
-from .graph_sink import emit_op, mark_trace_constant, new_sink_key, open_sink
-from .hooks import EagerHooks, Registration
-from .options import Options
+from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
+from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, graph_route
+from .registrations import Registration
+from .sink import RecordSink
 
-__all__ = ["CompiledHooks", "traceable_params"]
+__all__ = ["CompiledHooks", "recompile", "traceable_params"]
 
-# What a traced hook's `emit` delivers (`_graph_hook`): the statistics of an output
-# whose gradient is not hooked or is, of a parameter, of an output's gradient, or of the
-# gradient of the output's base (for a view: it stands in when the view's is missing).
-_OUTPUT = 0
-_HOOKED_OUTPUT = 1
+# What a traced hook's `emit` delivers (`forward_hook`): the statistics of an output
+# whose gradient is not hooked or is (`plan.OUTPUT`, `plan.HOOKED_OUTPUT`), of a parameter,
+# of an output's gradient, or of the gradient of the output's base (for a view: it stands
+# in when the view's is missing).
 _PARAM = 2
 _OUTPUT_GRAD = 3
 _BASE_GRAD = 4
@@ -43,7 +45,7 @@ _AWAITED_CALLS = 64
 
 
 class _Awaiting:
-    """A compiled module call whose output's gradient is hooked (`_graph_hook`), and
+    """A compiled module call whose output's gradient is hooked (`forward_hook`), and
     the backward passes (graph tasks) in which the output's and the base's hooks last
     delivered: the first of the two in a pass is recorded."""
 
@@ -64,54 +66,58 @@ def traceable_params(reg: Registration) -> bool:
     return all(local_value(p) is p and p.numel() > 0 for _, p in reg.params)
 
 
-class CompiledHooks(EagerHooks):
-    """The hooks of a compiled model's modules that run inside its graphs, and where their
-    statistics arrive; `Recorder` chooses them in `_attach` where they apply."""
+class CompiledHooks:
+    """Makes the hooks of a compiled model's modules that run inside its graphs, and
+    receives what the graphs hand out.
 
-    def __init__(self, options: Options) -> None:
-        super().__init__(options)
-        stash_value = getattr(self._stash_fn, "stash_value", None)
-        # Statistics that a compiled model computes inside its graph (see _graph_hook).
-        self._graph_fn: Any = (
-            stash_value
-            if self.stashes.store is not None and getattr(stash_value, "traceable", False)
-            else None
-        )
+    Args:
+        clock: the step records carry and its count.
+        sink: where records go; its `graph_stats` computes the statistics in the graph.
+        train_only: record only while a module is in training mode.
+        eager_hook: the eager forward hook of a registration (`EagerHooks.forward_hook`),
+            for the outputs a graph cannot record.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        sink: RecordSink,
+        train_only: bool,
+        eager_hook: Callable[[Registration], Callable[..., None]],
+    ) -> None:
+        self._clock = clock
+        self._sink = sink
+        self._train_only = train_only
+        self._eager_hook = eager_hook
         # The key of the sink the graphs deliver to (the same for good; open while hooks
         # are attached), the registration of each site, the calls whose gradient is
         # awaited (by site and traced hook call, latest run last), and the step (count) at
         # which each parameter site was last recorded.
-        self._sink: int | None = None
-        self._sink_open = False
+        self._key: int | None = None
+        self._open = False
         self._site_regs: dict[int, Registration] = {}
         self._awaiting: dict[tuple[int, int], list[_Awaiting]] = {}
         self._param_steps: dict[int, int] = {}
-        # Compiled callables (torch.compile) of the registered models; see register_all.
-        self._compiled: list[Callable[..., Any]] = []
 
-    def _graph_hook(self, reg: Registration) -> Callable[..., None]:
+    def forward_hook(self, reg: Registration) -> Callable[..., None]:
         """The forward hook of a compiled model's module with `stats=`: TorchDynamo traces
         it, and the gradient hooks it registers when gradients are recorded (torch >=
         2.13), into the model's graphs, so it adds no graph break. The forward and gradient
         statistics are computed in the graphs and reach `_deliver` through `emit` (see
         `graph_sink`) as the graphs run; nothing in the hooks changes between calls, so
         nothing recompiles (a hook appending to a Python list would make Dynamo guard on
-        its length). What it cannot trace (a non-tensor or empty output, a leaf whose
-        gradient is recorded) runs eagerly, behind a graph break.
+        its length). What it cannot trace (`plan.graph_route`) runs eagerly, behind a graph
+        break.
 
         The gradient of an output that is a view is read as in eager mode, by the one rule
         `grad_hooks.stand_in`: its base's gradient, cut to the view, stands in when the
         view's own hook does not fire (the view was modified in place)."""
-        site = self._site(reg, "output", "")
+        site = reg.site("output", "")
         self._site_regs[site] = reg
-        fn = self._graph_fn
+        fn = self._sink.graph_stats
         emit = emit_op()
-        if self._sink is None:
-            self._sink = new_sink_key()
-        sink = self._sink
-        if not self._sink_open:
-            open_sink(sink, self._deliver)
-            self._sink_open = True
+        sink = self._open_sink()
+        train_only = self._train_only
         # Each traced call of the hook gets a number, fixed in the compiled graph, that its
         # gradient hooks deliver with: it tells which forward call a gradient belongs to,
         # whatever order the compiled code runs the hooks in. Numbered from 0 at every
@@ -124,35 +130,28 @@ class CompiledHooks(EagerHooks):
             return number
 
         traced_call = mark_trace_constant(traced_call)
-        eager = self._untraced_hook(reg)
+        # `torch.compiler.disable`: what the traced hook calls, behind a graph break.
+        eager = cast(Callable[..., None], torch.compiler.disable(self._eager_hook(reg)))  # type: ignore[no-untyped-call]
 
         def hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
         ) -> None:
             training = module.training
-            if self._train_only and not training:
+            if train_only and not training:
                 return
-            # A hook on a leaf (a module returning a parameter or its input) would be
-            # registered for good, outside the graph: that one takes the eager path.
-            if not isinstance(output, Tensor) or output.numel() == 0:
-                eager(module, args, kwargs, output)
-                return
-            hooked = reg.grad and output.requires_grad
-            if hooked and output.is_leaf:
+            what = graph_route(output, reg.grad)
+            if what == EAGER:
                 eager(module, args, kwargs, output)
                 return
             call_id = traced_call()  # a constant in the compiled graph
-            what = _OUTPUT
-            if hooked:
-                what = _HOOKED_OUTPUT
-
+            if what == HOOKED_OUTPUT:
                 # Both return the gradient unchanged: under compiled autograd a hook that
                 # returns None replaces it with None.
                 def grad_hook(grad: Tensor) -> Tensor:
                     emit(fn.graph_raw(grad), sink, site, call_id, grad.numel(), GRAD, _OUTPUT_GRAD)
                     return grad
 
-                output.register_hook(grad_hook)  # type: ignore[no-untyped-call]
+                output.register_hook(grad_hook)
                 base = stand_in(output)
                 if base is not None:
                     cut = view_replay(output, base)
@@ -170,19 +169,19 @@ class CompiledHooks(EagerHooks):
 
         return hook
 
-    def _graph_param_hook(self, reg: Registration) -> Callable[..., None]:
-        """The forward pre-hook of a `_graph_hook`'s module with `capture="params"`:
+    def param_hook(self, reg: Registration) -> Callable[..., None]:
+        """The forward pre-hook of a `forward_hook`'s module with `capture="params"`:
         traced into the graph, it computes the statistics of the module's parameters at
         every call, and `_deliver` records them at the first call of each step."""
-        fn = self._graph_fn
+        fn = self._sink.graph_stats
         emit = emit_op()
-        sink = self._sink
-        assert sink is not None  # the forward hook is made first
-        params = [(self._site(reg, "param", attr), p) for attr, p in reg.params]
+        sink = self._open_sink()
+        params = [(reg.site("param", attr), p) for attr, p in reg.params]
+        train_only = self._train_only
 
         def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
             training = module.training
-            if self._train_only and not training:
+            if train_only and not training:
                 return
             flags = TRAINING if training else 0
             for site, param in params:
@@ -190,25 +189,52 @@ class CompiledHooks(EagerHooks):
 
         return hook
 
+    def _open_sink(self) -> int:
+        """The key the graphs deliver to, open (until `close`)."""
+        if self._key is None:
+            self._key = new_sink_key()
+        if not self._open:
+            open_sink(self._key, self._deliver)
+            self._open = True
+        return self._key
+
+    def close(self) -> None:
+        """The hooks were removed: the graphs deliver nowhere; no gradient is awaited."""
+        if self._open:
+            assert self._key is not None
+            close_sink(self._key)
+            self._open = False
+        self._awaiting.clear()
+
+    def await_only(self, step: int) -> None:
+        """Await only the gradients of the calls of `step`, the step `step()` ends (a
+        gradient may still come after `step()` for them; earlier ones are forgotten)."""
+        self._awaiting = {
+            key: kept
+            for key, awaiting in self._awaiting.items()
+            if (kept := [a for a in awaiting if a.step == step])
+        }
+
     def _deliver(
         self, raw: Tensor, site: int, call_id: int, numel: int, flags: int, what: int
     ) -> None:
-        """Record statistics that a `_graph_hook` computed in a compiled graph, as the
+        """Record statistics that a `forward_hook` computed in a compiled graph, as the
         graph runs. A forward call is numbered here, in the order the graph runs the hooks;
         a gradient belongs to the latest run of the traced hook call (`site`, `call_id`)
         whose gradient has not come yet in this backward pass."""
+        clock = self._clock
         if what == _PARAM:
-            if self._param_steps.get(site) != self._step_count:
-                self._param_steps[site] = self._step_count
-                self._put_raw(site, 0, self._step, flags, raw, numel)
+            if self._param_steps.get(site) != clock.count:
+                self._param_steps[site] = clock.count
+                self._sink.put_raw(site, 0, clock.step, flags, raw, numel)
             return
-        if what in (_OUTPUT, _HOOKED_OUTPUT):
+        if what in (OUTPUT, HOOKED_OUTPUT):
             reg = self._site_regs[site]
             call = reg.calls
             reg.calls = call + 1
-            self._put_raw(site, call, self._step, flags, raw, numel)
-            if what == _HOOKED_OUTPUT:
-                entry = _Awaiting(site, call, self._step, flags | GRAD | TUPLE)
+            self._sink.put_raw(site, call, clock.step, flags, raw, numel)
+            if what == HOOKED_OUTPUT:
+                entry = _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)
                 recent = self._awaiting.setdefault((site, call_id), [])
                 recent.append(entry)
                 # step() forgets the calls of earlier steps; a loop that never calls it
@@ -234,40 +260,22 @@ class CompiledHooks(EagerHooks):
             awaiting.output_task = task
             first = awaiting.base_task != task
         if first:
-            self._put_raw(awaiting.site, awaiting.call, awaiting.step, awaiting.flags, raw, numel)
-            if self._nonfinite is not None and task != self._watched_task:
-                self._watched_task = task
-                queue_at_end_of_backward(self._check_nonfinite)
-
-    def _put_raw(
-        self, site: int, call: int, step: int, flags: int, raw: Tensor, numel: int
-    ) -> None:
-        """Record statistics computed in a compiled graph as record (`site`, `call`, ...)."""
-        self._recorded = True
-        store = self.stashes.store
-        assert store is not None
-        before = store.nbytes
-        ref = getattr(store, "put_raw")(raw, numel)  # noqa: B009 (a StatsStore's)
-        budget = self._budget
-        if budget is not None:
-            budget.count(self.stashes, site, flags, store.nbytes - before)
-        self.stashes.add(site, call, step, flags, ref)
-
-    def _untraced_hook(self, reg: Registration) -> Callable[..., None]:
-        """`_forward_hook` behind `torch.compiler.disable`: what a traced hook calls (behind
-        a graph break) for an output it cannot trace."""
-        return cast(Callable[..., None], torch.compiler.disable(self._forward_hook(reg)))  # type: ignore[no-untyped-call]
-
-    def _forget_compiled_code(self) -> None:
-        """Make compiled models see the hooks just attached (see `_torch_compat`)."""
-        modules = [reg.module for reg in self._registrations]
-        if not forget_compiled_code(self._compiled, modules):
-            warnings.warn(
-                "tensor_tracker: this version of torch lacks what is needed to make "
-                "torch.compile recompile the tracked model with the tracking hooks; if the "
-                "compiled model already ran, nothing may be recorded. Call "
-                "torch.compiler.reset() before tracking, or track the uncompiled model "
-                "(compiled._orig_mod).",
-                RuntimeWarning,
-                stacklevel=3,
+            self._sink.put_raw(
+                awaiting.site, awaiting.call, awaiting.step, awaiting.flags, raw, numel
             )
+            self._sink.watch_pass()
+
+
+def recompile(compiled: list[Callable[..., Any]], modules: list[nn.Module]) -> None:
+    """Make compiled models see the hooks just attached to `modules` (see
+    `_torch_compat.forget_compiled_code`), or warn that this torch cannot."""
+    if not forget_compiled_code(compiled, modules):
+        warnings.warn(
+            "tensor_tracker: this version of torch lacks what is needed to make "
+            "torch.compile recompile the tracked model with the tracking hooks; if the "
+            "compiled model already ran, nothing may be recorded. Call "
+            "torch.compiler.reset() before tracking, or track the uncompiled model "
+            "(compiled._orig_mod).",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -108,7 +108,7 @@ def hook_grad_all(tensor: Tensor, callbacks: list[GradCallback]) -> Any:
 def stand_in(tensor: Tensor) -> Tensor | None:
     """The tensor whose gradient stands in for `tensor`'s where `tensor`'s own hook does
     not fire: the one rule that both the eager path (`Tap`) and the compiled one
-    (`CompiledHooks._graph_hook`) follow.
+    (`CompiledHooks.forward_hook`) follow.
 
     None when `tensor` is not a view of a tensor that requires grad, or is a view of a leaf
     (autograd refuses to modify such a view in place, so its own hook always fires): then

@@ -1,7 +1,7 @@
 """Statistics computed inside a compiled graph, handed to their tracker as the graph runs.
 
 A tracker's hooks on a compiled model with `stats=` are traced into the model's graphs
-(`CompiledHooks._graph_hook`): forward statistics into the forward graph and, when gradients
+(`CompiledHooks.forward_hook`): forward statistics into the forward graph and, when gradients
 are recorded, the tensor hooks that read them, with their statistics, into the backward
 graph (Dynamo traces a hook on an intermediate tensor since torch 2.13). What they compute has to
 leave the graph without a graph break and without Dynamo replaying a Python side effect,

@@ -2,9 +2,12 @@
 list of `Stash`; steps, `with` blocks, and `stash()` for values that are no module's output.
 
 The recording core of `tensor_tracker.Tracker`, which adds the ways to read a recording
-(`to_frame`, ...) from the layers above. The hooks themselves and the path from a hook to
-the stored row are in `hooks` (eager) and `compiled` (inside a compiled model's graphs);
-the memory budget in `budget`; the options, checked once, in `options`."""
+(`to_frame`, ...) from the layers above. A `Recorder` is a facade over parts that each do
+one job and get what they need as arguments: the `Clock` (steps, `every=`), the
+`RecordSink` (where records go: store, budget, `keep_steps=`, non-finite watch), the
+`Registrations` (modules and hook handles), the `EagerHooks` and the `CompiledHooks`
+(siblings, both writing to the sink), and `plan.plan_hooks`, which decides the hooks of
+each module; the options, checked once, in `options`."""
 
 from __future__ import annotations
 
@@ -17,21 +20,23 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast, overload
 
-import torch
 from torch import Tensor, nn
 
 from .._torch_compat import compiled_callable, dynamo_has_compiled_code, untraced
 from .._validate import check_bool, check_count, check_int, check_type
 from ..errors import ArgumentValueError, NotRecordedError, TrackerStateError
-from .budget import held_nbytes
-from .columns import Site
-from .compiled import CompiledHooks, traceable_params
+from .clock import Clock
+from .columns import Columns, Site
+from .compiled import CompiledHooks, recompile, traceable_params
 from .dist import rank_info
-from .graph_sink import can_emit, close_sink, traces_gradients
-from .hooks import Registration
+from .graph_sink import can_emit, traces_gradients
+from .hooks import EagerHooks
 from .naming import module_names
 from .options import CAPTURE, Options, Pattern, check_filters, compile_pattern
+from .plan import ModuleFacts, Setting, plan_hooks
 from .records import Kind, LogEntry, Stash
+from .registrations import Registration, Registrations
+from .sink import RecordSink
 
 __all__ = ["CAPTURE", "Options", "Pattern", "Recorder", "compile_pattern", "stash"]
 
@@ -58,11 +63,25 @@ def check_module(module: Any, argument: str = "module") -> None:
     check_type(module, nn.Module, argument, "a torch.nn.Module (the model to track)")
 
 
+def _weak_call(method: Callable[[], None]) -> Callable[[], None]:
+    """`method`, called through a weak reference: a part holding it (the sink's `stop`)
+    keeps no reference cycle with the tracker (which would keep a streaming tracker's
+    writer and files open until a garbage collection)."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    return call
+
+
 _R = TypeVar("_R", bound="Recorder")
 
 
-_ACTIVE: list[Recorder] = []
-"""Trackers with hooks attached now: those `stash` records into."""
+_ACTIVE: list[Callable[[str, Any, Any, Kind], None]] = []
+"""What `stash` calls: one entry per tracker with hooks attached now."""
 
 
 ROLES = ("input", "target", "loss", "param", "helper")
@@ -112,12 +131,12 @@ def stash(name: str, value: Any, role: str | None = None) -> Any:
         return value
     frame = sys._getframe(1)
     kind = cast(Kind, role or "named")
-    for tracker in list(_ACTIVE):
-        tracker._stash_named(name, value, frame, kind)
+    for record in list(_ACTIVE):
+        record(name, value, frame, kind)
     return value
 
 
-class Recorder(CompiledHooks):
+class Recorder:
     """Records what modules compute, as a list of `Stash`; users get a `Tracker` (a
     `Recorder` that can also be read as a table) from `track` or `Tracker(...)`.
 
@@ -138,24 +157,26 @@ class Recorder(CompiledHooks):
 
     def __init__(self, options: Options) -> None:
         check_type(options, Options, "options=", "a tensor_tracker.core.options.Options")
-        super().__init__(options)
         self.options = options
         """The options this tracker records with (checked when it was made)."""
+        capture = options.capture
+        self._outputs = "outputs" in capture
+        self._inputs = "inputs" in capture
+        self._params = "params" in capture
         self._optimizer = options.optimizer
-        every = options.every
-        self._every_default = options.every_of("default")
-        self._every: dict[str, int] = {} if isinstance(every, int) else dict(every)
-        self._kind = "default"
-        self._kind_index = 0
-        self._kind_counts: dict[str, int] = {"default": 1}
-        self.step_kinds: dict[int, str] = {}
+        # The parts: each gets what it needs, none reads another's state.
+        self._clock = Clock(options.every_of)
+        self._sink = RecordSink(options, stop=_weak_call(self.unregister))
+        self._regs = Registrations(self._sink.site_id)
+        self._eager = EagerHooks(self._clock, self._sink, options.train_only)
+        self._graph = CompiledHooks(
+            self._clock, self._sink, options.train_only, self._eager.forward_hook
+        )
+        self.step_kinds: dict[int, str] = self._clock.kinds
         """The kind of each step declared with `step(kind=...)` other than "default"."""
-        self.modules: weakref.WeakValueDictionary[str, nn.Module] = weakref.WeakValueDictionary()
+        self.modules: weakref.WeakValueDictionary[str, nn.Module] = self._regs.modules
         """Every module registered so far, by name, also after `unregister()` (held weakly:
         the tracker does not keep a model alive); what `summary()` counts parameters of."""
-        # What __exit__ detached, for re-entering `with tracker:`; see __enter__.
-        self._resume: tuple[list[Registration], list[Callable[..., Any]]] | None = None
-        self._unregistered = False
         self.logged: list[LogEntry] = []
         """Scalars and notes made with `log` and `note`, in order."""
         self.partial_steps: list[int] = []
@@ -168,7 +189,7 @@ class Recorder(CompiledHooks):
         self._lock = threading.RLock()
         self._ending: int | None = None  # the step `step()` is ending, until it has
         # See `on_flush`.
-        self._flush: Callable[[bool], None] | None = None
+        self._flush: Callable[[bool, int], None] | None = None
         self.stream_path: Any = None
         """The directory `track(..., stream_to=...)` writes to (None otherwise)."""
         self.complete: bool | None = None
@@ -184,9 +205,30 @@ class Recorder(CompiledHooks):
         self._depth = 0  # nested `with tracker:` blocks; the outermost one detaches
         self._attached = False
 
-    def on_flush(self, flush: Callable[[bool], None], path: Any = None) -> None:
-        """Call `flush(block_ended)` at every `step()` and at the end of each `with` block
-        (`block_ended` true): how `track(..., stream_to=path)` writes the records so far
+    @property
+    def stashes(self) -> Columns:
+        """The records, readable as a list of `Stash` (see `Columns`)."""
+        return self._sink.stashes
+
+    @stashes.setter
+    def stashes(self, columns: Columns) -> None:  # what `load` reads a recording into
+        self._sink.stashes = columns
+
+    def watch_nonfinite(
+        self,
+        seen: Callable[[], bool],
+        handler: Callable[[], None],
+        notice: Callable[[Any], None],
+    ) -> None:
+        """See `RecordSink.watch_nonfinite` (what `track(..., on_nonfinite=...)` arms)."""
+        self._sink.watch_nonfinite(seen, handler, notice)
+
+    def _check_nonfinite(self) -> None:
+        self._sink.check_nonfinite()
+
+    def on_flush(self, flush: Callable[[bool, int], None], path: Any = None) -> None:
+        """Call `flush(block_ended, step)` at every `step()` and at the end of each `with`
+        block (`block_ended` true; `step`: the step being ended): how `track(..., stream_to=path)` writes the records so far
         to disk and drops them. `path` becomes `stream_path`."""
         self._flush = flush
         self.stream_path = path
@@ -201,12 +243,12 @@ class Recorder(CompiledHooks):
     @property
     def recording(self) -> bool:
         """Whether the current step is recorded (always, unless `every` > 1)."""
-        return self._kind_index % self._every.get(self._kind, self._every_default) == 0
+        return self._clock.recording
 
     @property
     def step_kind(self) -> str:
         """The kind of the current step (see `step(kind=...)`)."""
-        return self._kind
+        return self._clock.kind
 
     def register(self, module: nn.Module, name: str = "", grad: bool = True) -> None:
         """Record `module`'s forward output under `name` and, when `grad` is true, the
@@ -218,10 +260,7 @@ class Recorder(CompiledHooks):
         check_module(module)
         check_type(name, str, "name", "the module's name (str)")
         check_bool(grad, "grad=")
-        registration = Registration(module, name, grad)
-        self._registrations.append(registration)
-        self.modules[name] = module
-        self._unregistered = False
+        registration = self._regs.add(module, name, grad)
         if self.recording:
             self._attach(registration)
 
@@ -251,7 +290,7 @@ class Recorder(CompiledHooks):
         for child in module.modules():
             compiled = compiled_callable(child)
             if compiled is not None:
-                self._compiled.append(compiled)  # before registering: _attach looks at it
+                self._regs.compiled.append(compiled)  # before registering: _attach looks at it
             name = names.get(id(child))
             if name is None:
                 continue  # a wrapper
@@ -269,18 +308,15 @@ class Recorder(CompiledHooks):
                 UserWarning,
                 stacklevel=_caller_level(),
             )
-        if self._compiled and self._attached:
-            self._forget_compiled_code()
+        if self._regs.compiled and self._attached:
+            self._recompile()
 
     def unregister(self) -> None:
         """Remove every hook this tracker attached and forget the registered modules; the
         stashes stay. (Leaving a `with tracker:` block also removes the hooks, but keeps the
         modules, for a later `with tracker:` to record them again.)"""
         self._detach()
-        self._registrations = []
-        self._compiled = []
-        self._resume = None
-        self._unregistered = True
+        self._regs.forget()
 
     def log(self, name: str, value: float | Tensor) -> None:
         """Record a scalar for the current step, e.g. the loss or the learning rate; on
@@ -312,7 +348,7 @@ class Recorder(CompiledHooks):
             check_type(value, (int, float), "log(name, value): value", "a number or a tensor")
             value = float(value)
         with self._lock:
-            self.logged.append(LogEntry(self._step, name, value, None))
+            self.logged.append(LogEntry(self._clock.step, name, value, None))
 
     def note(self, text: str) -> None:
         """Write a note for the current step (e.g. "lr halved"); saved with the recording.
@@ -322,13 +358,11 @@ class Recorder(CompiledHooks):
         """
         check_type(text, str, "note(text)", "a str")
         with self._lock:
-            self.logged.append(LogEntry(self._step, None, math.nan, text))
+            self.logged.append(LogEntry(self._clock.step, None, math.nan, text))
 
     def clear(self) -> None:
         """Drop all stashes (the hooks stay attached)."""
-        self.stashes.clear()
-        if self._budget is not None:
-            self._budget.clear()
+        self._sink.clear()
 
     def step(self, n: int | None = None, *, kind: str = "default", keep: bool = True) -> None:
         """Advance to the next step (or to step `n`, for an x-axis of your choice such as
@@ -365,28 +399,17 @@ class Recorder(CompiledHooks):
             raise ArgumentValueError('step(kind=...) must be a non-empty str, got ""')
         check_bool(keep, "step(keep=...)")
         with self._lock:
-            self._ending = self._step  # an exception from here on: the step was whole
+            ending = self._clock.step
+            self._ending = ending  # an exception from here on: the step was whole
             self._check_nonfinite()  # forward-only loops have no end of backward
             if not keep:
-                self._drop_step()
+                self._sink.drop_step(ending)
             if self._flush is not None:
-                self._flush(False)
-            self._room_pending = self._keep_steps is not None  # see _make_room
-            # A gradient may still come after step(), for the calls of the step ending now.
-            self._awaiting = {
-                key: kept
-                for key, awaiting in self._awaiting.items()
-                if (kept := [a for a in awaiting if a.step == self._step])
-            }
-            self._step = self._step + 1 if n is None else n
-            self._step_count += 1
-            self._kind = kind
-            self._kind_index = self._kind_counts.get(kind, 0)
-            self._kind_counts[kind] = self._kind_index + 1
-            if kind != "default":
-                self.step_kinds[self._step] = kind
-            for registration in self._registrations:
-                registration.calls = 0
+                self._flush(False, ending)
+            self._graph.await_only(ending)
+            self._clock.advance(n, kind)
+            self._sink.start_step(self._clock.step)
+            self._regs.restart_calls()
             if self.recording and not self._attached:
                 self._attach_all()
             elif not self.recording:
@@ -395,113 +418,100 @@ class Recorder(CompiledHooks):
 
     def _mark_partial(self) -> None:
         """Add the current step to `partial_steps` when it recorded anything."""
-        step, columns = self._step, self.stashes
-        recorded = bool(columns.step_values) and columns.step_values[-1] == step
+        step = self._clock.step
         logged = any(e.step == step for e in self.logged)
-        if (recorded or logged) and step not in self.partial_steps:
+        if (self._sink.last_step_is(step) or logged) and step not in self.partial_steps:
             self.partial_steps.append(step)
 
-    def _drop_step(self) -> None:
-        """Drop the records of the current step (`step(keep=False)`)."""
-        columns = self.stashes
-        if columns.step_values and columns.step_values[-1] == self._step:
-            self._sync()
-            columns.drop_from(columns.step_rows[-1])
-            self._recount()
-
-    def _recount(self) -> None:
-        """Count again the bytes `max_bytes` holds against, after records were dropped."""
-        if self._budget is not None:
-            self._budget.recount(self.stashes)
-
     def _attach_all(self) -> None:
-        for registration in self._registrations:
+        for registration in self._regs.items:
             self._attach(registration)
-        if self._compiled and self._attached:
-            self._forget_compiled_code()
+        if self._regs.compiled and self._attached:
+            self._recompile()
+
+    def _recompile(self) -> None:
+        recompile(self._regs.compiled, [reg.module for reg in self._regs.items])
+
+    def _setting(self) -> Setting:
+        """What the hooks of every module depend on, as it is now (see `plan`)."""
+        compiled = bool(self._regs.compiled)
+        return Setting(
+            outputs=self._outputs,
+            inputs=self._inputs,
+            params=self._params,
+            graph_stats=self._sink.graph_stats is not None,
+            compiled=compiled,
+            can_emit=can_emit(),
+            traces_gradients=traces_gradients(),
+            # Under torch.compile, Dynamo would trace eager hooks (slowly, recompiling as
+            # their state changes); `untraced`, it calls them as they are. The wrapper
+            # costs a check per call, so only where Dynamo may run (torch.compile imports
+            # it; so do torch.optim's optimizers and transformers).
+            dynamo=compiled or "torch._dynamo" in sys.modules,
+        )
 
     def _attach(self, reg: Registration) -> None:
-        if self._optimizer is not None and not self._attached:
-            self._handles.append(self._optimizer.register_step_post_hook(self._optimizer_hook))
+        """Attach the hooks `plan_hooks` decides for `reg`'s module."""
+        handles = self._regs.handles
         if not self._attached:
-            _ACTIVE.append(self)
-        self._attached = True
+            if self._optimizer is not None:
+                hook = self._eager.optimizer_hook(self._regs)
+                handles.append(self._optimizer.register_step_post_hook(hook))
+            _ACTIVE.append(self._stash_named)
+            self._attached = True
         module = reg.module
-        # Under torch.compile, Dynamo would trace the hooks (slowly, recompiling as their
-        # state changes); `untraced`, it calls them as they are. The wrapper costs a check
-        # per call, so only where Dynamo may run (torch.compile imports it; so do
-        # torch.optim's optimizers and transformers).
-        dynamo = bool(self._compiled) or "torch._dynamo" in sys.modules
-        # Statistics computed in a compiled model's graphs and handed out by `emit` (see
-        # `_graph_hook`): the outputs', and the gradients' where Dynamo traces a tensor hook
-        # on an intermediate tensor (torch >= 2.13) and no input is captured (inputs'
-        # hooks stay outside the graph, a graph break each).
-        in_graph = (
-            self._outputs
-            and bool(self._compiled)
-            and self._graph_fn is not None
-            and can_emit()
-            and (not reg.grad or (traces_gradients() and not self._inputs))
+        facts = ModuleFacts(
+            grad=reg.grad,
+            params=tuple(attr for attr, _ in reg.params),
+            trainable=tuple(attr for attr, p in reg.params if p.requires_grad),
+            traceable_params=traceable_params(reg),
         )
-        if in_graph:
-            hook = self._graph_hook(reg)
-            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
-        elif self._outputs:
-            # Otherwise one graph break per module, at the disabled hook.
-            hook = self._forward_hook(reg)
-            if dynamo:
-                hook = untraced(hook)
-            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
-        if in_graph and not self._inputs and self._params and reg.params:
-            if traceable_params(reg):
-                graph_pre_hook = self._graph_param_hook(reg)
-                self._handles.append(module.register_forward_pre_hook(graph_pre_hook))
+        plan = plan_hooks(self._setting(), facts)
+        if plan.forward is not None:
+            if plan.forward == "graph":
+                hook = self._graph.forward_hook(reg)
             else:
-                pre_hook = untraced(self._pre_hook(reg))
-                self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        elif self._inputs or (self._params and not in_graph):
-            pre_hook = self._pre_hook(reg)
-            if dynamo:
+                hook = self._eager.forward_hook(reg)
+                if plan.forward == "untraced":
+                    hook = untraced(hook)
+            handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        if plan.pre == "graph":
+            handles.append(module.register_forward_pre_hook(self._graph.param_hook(reg)))
+        elif plan.pre is not None:
+            pre_hook = self._eager.pre_hook(reg, self._inputs, self._params, not self._outputs)
+            if plan.pre == "untraced":
                 pre_hook = untraced(pre_hook)
-            self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        if self._params and reg.grad:
-            for attr, param in reg.params:
-                if param.requires_grad:
-                    self._handles.append(
-                        param.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
-                            self._param_grad_hook(reg, attr)
-                        )
-                    )
+            handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        params = dict(reg.params)
+        for attr in plan.param_grads:
+            hook = self._eager.param_grad_hook(reg, attr)
+            handles.append(params[attr].register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]
 
     def _detach(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        for handle in self._grad_handles:
-            handle.remove()
-        self._handles.clear()
-        self._grad_handles.clear()
+        self._regs.detach()
+        self._eager.detach()
+        self._graph.close()
         self._attached = False
-        self._recent_taps.clear()
-        if self._sink_open:
-            assert self._sink is not None
-            close_sink(self._sink)
-            self._sink_open = False
-        self._awaiting.clear()
-        _ACTIVE[:] = [t for t in _ACTIVE if t is not self]
+        _ACTIVE[:] = [record for record in _ACTIVE if record != self._stash_named]
+
+    def _stash_named(self, name: str, value: Any, frame: Any, kind: Kind) -> None:
+        """Record `value` for `stash`, under the innermost registered module whose
+        `forward` is on the call stack from `frame` up."""
+        reg = self._regs.innermost(frame)
+        # Inside forward the forward hook has not counted this call yet (the pre-hook has,
+        # when there is no forward hook).
+        self._eager.stash_named(reg, name, value, kind, counted=not self._outputs)
 
     # -- reading ---------------------------------------------------------------------
 
     def _sync(self) -> None:
-        if self._pending_copies:
-            torch.cuda.synchronize()
-            self._pending_copies = False
+        self._sink.sync()
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the tensors in the stashes (statistics count their few numbers);
         a copy shared by several stashes counts once."""
-        self._sync()
-        return held_nbytes(self.stashes, set())
+        return self._sink.nbytes
 
     def __len__(self) -> int:
         return len(self.stashes)
@@ -564,7 +574,7 @@ class Recorder(CompiledHooks):
         return self.stashes.first_of_sites()
 
     def __str__(self) -> str:
-        return f"Tracker(stashes={len(self.stashes)}, tracking={len(self._handles)})"
+        return f"Tracker(stashes={len(self.stashes)}, tracking={len(self._regs.handles)})"
 
     __repr__ = __str__
 
@@ -575,18 +585,15 @@ class Recorder(CompiledHooks):
         if self._depth:
             self._depth += 1
             return self
-        if self._resume is not None:
-            (registrations, compiled), self._resume = self._resume, None
+        resumed = self._regs.resume()
+        if resumed:
             # Modules registered since the block ended are already attached; keep them.
-            self._registrations = registrations + self._registrations
-            self._compiled = compiled + self._compiled
-            self._unregistered = False
             if self.recording:
-                for registration in registrations:
+                for registration in resumed:
                     self._attach(registration)
-                if self._compiled:
-                    self._forget_compiled_code()
-        elif self._unregistered and not self._registrations:
+                if self._regs.compiled:
+                    self._recompile()
+        elif self._regs.forgotten and not self._regs.items:
             raise TrackerStateError(
                 "tensor_tracker: this tracker has no modules to track: unregister() (or a "
                 "MemoryBudgetError) removed them, so `with tracker:` would record nothing. "
@@ -594,7 +601,7 @@ class Recorder(CompiledHooks):
                 "tracker with tensor_tracker.track(model)."
             )
         self._read_rank()  # the process group may have started after the tracker was made
-        self._recorded = False
+        self._sink.recorded = False
         self._depth = 1
         return self
 
@@ -602,20 +609,20 @@ class Recorder(CompiledHooks):
         self._depth = max(self._depth - 1, 0)
         if self._depth:
             return
-        resume = (self._registrations, self._compiled)
+        registrations, compiled = self._regs.items, self._regs.compiled
         # Not len(self.stashes): clear() drops records made in the block.
-        silent = self._attached and not self._recorded
-        unregistered = self._unregistered
+        silent = self._attached and not self._sink.recorded
+        forgotten = self._regs.forgotten
         with self._lock:
-            if exc_type is not None and self._ending != self._step:
+            if exc_type is not None and self._ending != self._clock.step:
                 self._mark_partial()
             self._ending = None
             self.unregister()
             if self._flush is not None:
-                self._flush(True)
-        self._unregistered = unregistered  # by unregister() or MemoryBudgetError in the block
-        if resume[0]:
-            self._resume = resume
+                self._flush(True, self._clock.step)
+        # Forgotten by unregister() or a MemoryBudgetError in the block, or kept for the next.
+        self._regs.forgotten = forgotten
+        self._regs.suspend(registrations, compiled)
         if exc_type is None and silent and dynamo_has_compiled_code():
             warnings.warn(
                 "tensor_tracker: nothing was recorded in this `with` block. If the model ran "

@@ -162,4 +162,4 @@ def test_long_run_does_not_accumulate_dead_gradient_handles() -> None:
             F.mse_loss(model(x), y).backward()
             t.step()
             t.clear()
-        assert len(t._grad_handles) <= 2048
+        assert len(t._eager.grad_handles) <= 2048

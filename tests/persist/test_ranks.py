@@ -37,7 +37,7 @@ def test_parts_travel_pickled_and_merge_in_rank_order(options: dict[str, object]
     ranks = [_run(r, **options) for r in range(2)]
     ranks[0].stashes.append(Stash("by hand", torch.nn.Identity, False, torch.ones(2)))
     parts = [pickle.loads(pickle.dumps(part_of(t.stashes, r, 2))) for r, t in enumerate(ranks)]
-    merged = Tracker(ranks[0]._stash_fn)
+    merged = Tracker(ranks[0].options.stash_fn)
     merged.row_ranks = merge(parts, merged.stashes)
     frame = merged.to_frame()
     assert frame["rank"].tolist() == [0] * len(ranks[0]) + [1] * len(ranks[1])
@@ -48,7 +48,7 @@ def test_parts_travel_pickled_and_merge_in_rank_order(options: dict[str, object]
 
 def test_combined_merges_each_tensor_over_the_ranks() -> None:
     ranks = [_run(r, stats=True) for r in range(2)]
-    merged = Tracker(ranks[0]._stash_fn)
+    merged = Tracker(ranks[0].options.stash_fn)
     merged.row_ranks = merge([(r, t.stashes) for r, t in enumerate(ranks)], merged.stashes)
     combined = merged.combined()
     rows = combined[(combined["name"] == "head") & ~combined["grad"]]
@@ -84,7 +84,7 @@ def test_combined_reads_statistics_kept_in_objects_too() -> None:
         with track(model, stats=["mean", "max", "numel"], grad=False) as t:
             model(x)
         parts.append((rank, t.stashes))
-    merged = Tracker(t._stash_fn)
+    merged = Tracker(t.options.stash_fn)
     merged.row_ranks = merge(parts, merged.stashes)
     combined = merged.combined()
     assert combined["name"].tolist() == ["0", "1", ""]  # recording order
@@ -107,13 +107,13 @@ _RANK_STATS: list[object] = [
 
 def _check_each_rank_as_recorded(merged: Tracker, ranks: list[Tracker]) -> None:
     frame = merged.to_frame()
-    names = {n for t in ranks for n in t._stash_fn.stash_value.names}  # type: ignore[attr-defined]
+    names = {n for t in ranks for n in t.options.stash_fn.stash_value.names}  # type: ignore[attr-defined]
     assert names <= set(frame.columns)
     assert frame["rank"].tolist() == [r for r, t in enumerate(ranks) for _ in range(len(t))]
     for r, t in enumerate(ranks):
         mine = frame[frame["rank"] == r].reset_index(drop=True)
         own = t.to_frame()
-        recorded = set(t._stash_fn.stash_value.names)  # type: ignore[attr-defined]
+        recorded = set(t.options.stash_fn.stash_value.names)  # type: ignore[attr-defined]
         for name in sorted(names):
             if name in recorded:
                 assert mine[name].tolist() == own[name].tolist(), (r, name)
@@ -135,7 +135,7 @@ def _ranks_with_different_statistics() -> list[Tracker]:
 def test_gathered_ranks_with_different_statistics_keep_their_own_values() -> None:
     ranks = _ranks_with_different_statistics()
     parts = [pickle.loads(pickle.dumps(part_of(t.stashes, r, 3))) for r, t in enumerate(ranks)]
-    merged = Tracker._of_ranks(ranks[0]._stash_fn, parts, [])
+    merged = Tracker._of_ranks(ranks[0].options.stash_fn, parts, [])
     _check_each_rank_as_recorded(merged, ranks)
     with pytest.raises(TrackerStateError, match="different statistics"):
         merged.combined()

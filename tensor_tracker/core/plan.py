@@ -1,0 +1,218 @@
+"""What to hook, decided once: the rules both hook paths apply, as pure functions.
+
+Which hooks a module gets is decided when it is attached, from plain facts (`Setting`:
+what is captured and what torch can do; `ModuleFacts`: the module's gradient flag and
+parameters) by `plan_hooks`, into a `HookPlan` that `Recorder` applies. What to do with a
+value a hook sees is decided per call by the functions below, which read only the value's
+structure: `grad_targets` (which tensors of an output get gradient hooks),
+`graph_route` (whether the compiled path can record an output in its graph),
+`recorded_inputs` (which arguments are recorded) and `optimizer_states` (which optimizer
+state is). The rule for a view whose gradient goes around it is `grad_hooks.stand_in`.
+None of them runs a model; `tests/core/test_plan.py` checks them on plain descriptions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from torch import Tensor
+
+from .structure import iter_tensors
+
+__all__ = [
+    "EAGER",
+    "HOOKED_OUTPUT",
+    "OUTPUT",
+    "HookPlan",
+    "ModuleFacts",
+    "Setting",
+    "grad_targets",
+    "graph_route",
+    "optimizer_states",
+    "plan_hooks",
+    "recorded_inputs",
+]
+
+How = Literal["eager", "untraced", "graph"]
+"""How a hook runs: eagerly; eagerly behind `torch.compiler.disable` (`untraced`: Dynamo
+calls it as it is instead of tracing it); or traced into a compiled model's graphs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """What a tracker's hooks depend on besides the module, fixed while they are attached.
+
+    Attributes:
+        outputs, inputs, params: what `capture=` names.
+        graph_stats: the statistics can be computed inside a compiled graph
+            (`RecordSink.graph_stats`).
+        compiled: a registered model is compiled (`torch.compile`).
+        can_emit: this torch can hand statistics out of a graph (`graph_sink.can_emit`).
+        traces_gradients: Dynamo traces a tensor hook on an intermediate tensor.
+        dynamo: Dynamo may run (it is imported): eager hooks are then `untraced`.
+    """
+
+    outputs: bool = True
+    inputs: bool = False
+    params: bool = False
+    graph_stats: bool = False
+    compiled: bool = False
+    can_emit: bool = False
+    traces_gradients: bool = False
+    dynamo: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleFacts:
+    """What the plan needs of one registered module.
+
+    Attributes:
+        grad: its gradients are recorded (`register(..., grad=)`).
+        params: the names of its own parameters.
+        trainable: those of them that require grad.
+        traceable_params: its parameters can be read inside a compiled graph (plain,
+            non-empty tensors: not FSDP's `DTensor` shards).
+    """
+
+    grad: bool = True
+    params: tuple[str, ...] = ()
+    trainable: tuple[str, ...] = ()
+    traceable_params: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class HookPlan:
+    """The hooks one module gets.
+
+    Attributes:
+        forward: its forward hook (output, and its gradient), or None.
+        pre: its forward pre-hook (inputs and/or parameters), or None.
+        param_grads: the parameters that get a post-accumulate-grad hook.
+    """
+
+    forward: How | None
+    pre: How | None
+    param_grads: tuple[str, ...]
+
+
+def plan_hooks(setting: Setting, module: ModuleFacts) -> HookPlan:
+    """The hooks a module gets: in a compiled model's graphs where the statistics can be
+    computed there (and, when its gradients are recorded, Dynamo traces gradient hooks and
+    no input is captured: inputs' hooks stay outside the graph, a graph break each),
+    eagerly otherwise.
+
+    Example:
+        >>> compiled = Setting(graph_stats=True, compiled=True, can_emit=True, dynamo=True)
+        >>> plan_hooks(compiled, ModuleFacts(grad=False))
+        HookPlan(forward='graph', pre=None, param_grads=())
+        >>> plan_hooks(compiled, ModuleFacts(grad=True))   # gradients not traceable
+        HookPlan(forward='untraced', pre=None, param_grads=())
+        >>> plan_hooks(Setting(params=True), ModuleFacts(params=("w",), trainable=("w",)))
+        HookPlan(forward='eager', pre='eager', param_grads=('w',))
+    """
+    s = setting
+    in_graph = (
+        s.outputs
+        and s.compiled
+        and s.graph_stats
+        and s.can_emit
+        and (not module.grad or (s.traces_gradients and not s.inputs))
+    )
+    eager: How = "untraced" if s.dynamo else "eager"
+    forward: How | None = "graph" if in_graph else eager if s.outputs else None
+    pre: How | None = None
+    if in_graph and not s.inputs and s.params and module.params:
+        # In the graph's module, an eager pre-hook would break the graph anyway.
+        pre = "graph" if module.traceable_params else "untraced"
+    elif s.inputs or (s.params and not in_graph):
+        pre = eager
+    param_grads = module.trainable if s.params and module.grad else ()
+    return HookPlan(forward, pre, param_grads)
+
+
+# Constant results of `grad_targets` for a lone tensor: no allocation on the hot path.
+_ONE_TENSOR = (None, True)
+_NO_GRAD = (None, False)
+
+
+def grad_targets(value: Any) -> tuple[list[Tensor] | None, Any]:
+    """Which tensors of `value` get gradient hooks: `(None, requires_grad)` for a tensor
+    (the common case); otherwise `(tensors, wanted)`, every tensor of the structure in the
+    order of its gradient record and the indices of those that require grad.
+
+    Example:
+        >>> x = torch.ones(2, requires_grad=True)
+        >>> grad_targets(x), grad_targets(x.detach())
+        ((None, True), (None, False))
+        >>> tensors, wanted = grad_targets({"a": x.detach(), "b": [x * 2, None]})
+        >>> len(tensors), wanted
+        (2, [1])
+    """
+    if isinstance(value, Tensor):
+        return _ONE_TENSOR if value.requires_grad else _NO_GRAD
+    tensors = list(iter_tensors(value))
+    return tensors, [i for i, t in enumerate(tensors) if t.requires_grad]
+
+
+EAGER = -1
+"""`graph_route`: the output takes the eager path, behind a graph break."""
+OUTPUT = 0
+"""`graph_route`: the output's statistics are computed in the graph; no gradient hook."""
+HOOKED_OUTPUT = 1
+"""`graph_route`: as `OUTPUT`, and the output's gradient is hooked in the graph."""
+
+
+def graph_route(output: Any, grad: bool) -> int:
+    """How a compiled model's hook records `output` (`grad`: its gradient is wanted).
+
+    A non-tensor or empty output cannot be recorded in the graph; nor can a leaf whose
+    gradient is wanted (a module returning a parameter or its input): a hook on it would
+    be registered for good, outside the graph.
+
+    Example:
+        >>> graph_route((torch.ones(2),), True), graph_route(torch.ones(2), True)
+        (-1, 0)
+        >>> graph_route(torch.ones(2, requires_grad=True) * 2, True)
+        1
+    """
+    if not isinstance(output, Tensor) or output.numel() == 0:
+        return EAGER
+    if not (grad and output.requires_grad):
+        return OUTPUT
+    return EAGER if output.is_leaf else HOOKED_OUTPUT
+
+
+def recorded_inputs(
+    arg_names: tuple[str, ...], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> list[tuple[str, Any]]:
+    """The inputs of a call that `capture="inputs"` records, by argument name (the name in
+    `forward`'s signature, else the position): those holding a tensor.
+
+    Example:
+        >>> recorded_inputs(("x", "mask"), (torch.ones(1), None, torch.ones(1)), {"k": 3})
+        [('x', tensor([1.])), ('2', tensor([1.]))]
+    """
+    named = [(arg_names[i] if i < len(arg_names) else str(i), v) for i, v in enumerate(args)]
+    named += kwargs.items()
+    return [(attr, v) for attr, v in named if next(iter_tensors(v), None) is not None]
+
+
+def optimizer_states(
+    params: Iterable[tuple[str, Tensor]], state: Mapping[Any, Mapping[str, Any]]
+) -> list[tuple[str, Tensor]]:
+    """The optimizer state recorded for `params` (name, parameter): each per-element
+    tensor (Adam's `exp_avg`), as `"<param>.<key>"`; scalars such as Adam's `step` are not.
+
+    Example:
+        >>> w = torch.zeros(3)
+        >>> optimizer_states([("w", w)], {w: {"step": torch.tensor(1.0), "exp_avg": w}})
+        [('w.exp_avg', tensor([0., 0., 0.]))]
+    """
+    return [
+        (f"{attr}.{key}", value)
+        for attr, param in params
+        for key, value in state.get(param, {}).items()
+        if isinstance(value, Tensor) and value.shape == param.shape
+    ]

@@ -1,0 +1,130 @@
+"""`plan`: what to hook, decided on plain descriptions, without running a model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tensor_tracker.core.plan import (
+    EAGER,
+    HOOKED_OUTPUT,
+    OUTPUT,
+    HookPlan,
+    ModuleFacts,
+    Setting,
+    grad_targets,
+    graph_route,
+    optimizer_states,
+    plan_hooks,
+    recorded_inputs,
+)
+
+# A compiled model whose statistics can be computed in its graphs, on a torch that traces
+# gradient hooks.
+GRAPH = Setting(graph_stats=True, compiled=True, can_emit=True, traces_gradients=True, dynamo=True)
+LINEAR = ModuleFacts(grad=True, params=("weight", "bias"), trainable=("weight", "bias"))
+FROZEN = ModuleFacts(grad=True, params=("weight",), trainable=())
+
+
+@pytest.mark.parametrize(
+    ("setting", "module", "expected"),
+    [
+        # Eager models: eager hooks, behind `untraced` once Dynamo is imported.
+        (Setting(), LINEAR, HookPlan("eager", None, ())),
+        (Setting(dynamo=True), LINEAR, HookPlan("untraced", None, ())),
+        (Setting(outputs=False, inputs=True), LINEAR, HookPlan(None, "eager", ())),
+        (Setting(params=True), LINEAR, HookPlan("eager", "eager", ("weight", "bias"))),
+        (Setting(params=True), FROZEN, HookPlan("eager", "eager", ())),
+        (
+            Setting(params=True),
+            ModuleFacts(grad=False, params=("w",), trainable=("w",)),
+            HookPlan("eager", "eager", ()),
+        ),
+        # Compiled models: in the graph where it can compute the statistics...
+        (GRAPH, LINEAR, HookPlan("graph", None, ())),
+        (GRAPH, ModuleFacts(grad=False), HookPlan("graph", None, ())),
+        (
+            Setting(**{**GRAPH.__dict__, "params": True}),
+            LINEAR,
+            HookPlan("graph", "graph", ("weight", "bias")),
+        ),
+        (
+            Setting(**{**GRAPH.__dict__, "params": True}),
+            ModuleFacts(params=("w",), trainable=("w",), traceable_params=False),
+            HookPlan("graph", "untraced", ("w",)),
+        ),
+        (Setting(**{**GRAPH.__dict__, "params": True}), ModuleFacts(), HookPlan("graph", None, ())),
+        # ...and eagerly behind a graph break where it cannot.
+        (
+            Setting(**{**GRAPH.__dict__, "inputs": True}),
+            LINEAR,
+            HookPlan("untraced", "untraced", ()),
+        ),
+        (
+            Setting(**{**GRAPH.__dict__, "inputs": True}),
+            ModuleFacts(grad=False),
+            HookPlan("graph", "untraced", ()),
+        ),
+        (
+            Setting(**{**GRAPH.__dict__, "traces_gradients": False}),
+            LINEAR,
+            HookPlan("untraced", None, ()),
+        ),
+        (
+            Setting(**{**GRAPH.__dict__, "graph_stats": False}),
+            LINEAR,
+            HookPlan("untraced", None, ()),
+        ),
+        (Setting(**{**GRAPH.__dict__, "can_emit": False}), LINEAR, HookPlan("untraced", None, ())),
+        (
+            Setting(graph_stats=True, can_emit=True, traces_gradients=True),
+            LINEAR,
+            HookPlan("eager", None, ()),
+        ),
+    ],
+)
+def test_the_hooks_of_a_module(setting: Setting, module: ModuleFacts, expected: HookPlan) -> None:
+    assert plan_hooks(setting, module) == expected
+
+
+def test_which_tensors_of_an_output_get_gradient_hooks() -> None:
+    x = torch.ones(2, requires_grad=True)
+    y = x * 2
+    assert grad_targets(y) == (None, True)
+    assert grad_targets(y.detach()) == (None, False)
+    # A lone tensor allocates nothing: the answer is one of two constants.
+    assert grad_targets(y) is grad_targets(x)
+    d = y.detach()
+    tensors, wanted = grad_targets((d, {"b": [y, None], "a": x}, 3))
+    assert tensors is not None and len(tensors) == 3
+    assert all(t is u for t, u in zip(tensors, (d, y, x), strict=True)) and wanted == [1, 2]
+    assert grad_targets(("text", None)) == ([], [])
+
+
+def test_where_a_compiled_hook_records_an_output() -> None:
+    leaf = torch.ones(2, requires_grad=True)
+    made = leaf * 2
+    assert graph_route(made, grad=True) == HOOKED_OUTPUT
+    assert graph_route(made, grad=False) == OUTPUT
+    assert graph_route(made.detach(), grad=True) == OUTPUT
+    assert graph_route(leaf, grad=False) == OUTPUT
+    # A hook on a leaf would outlive the graph; a non-tensor or empty output has no graph
+    # statistics: both go the eager way.
+    assert graph_route(leaf, grad=True) == EAGER
+    assert graph_route((made,), grad=True) == EAGER
+    assert graph_route(torch.ones(0), grad=False) == EAGER
+
+
+def test_which_inputs_are_recorded_and_under_which_names() -> None:
+    a, b = torch.ones(1), torch.zeros(2)
+    got = recorded_inputs(("x", "mask"), (a, None, [b]), {"scale": 2.0, "extra": b})
+    assert [(name, value) for name, value in got] == [("x", a), ("2", [b]), ("extra", b)]
+    assert recorded_inputs((), (), {}) == []
+
+
+def test_which_optimizer_state_is_recorded() -> None:
+    w, b = torch.zeros(3), torch.zeros(2)
+    state = {w: {"step": torch.tensor(4.0), "exp_avg": w + 1, "exp_avg_sq": w + 2, "lr": 0.1}}
+    got = optimizer_states([("weight", w), ("bias", b)], state)
+    assert [name for name, _ in got] == ["weight.exp_avg", "weight.exp_avg_sq"]
+    assert torch.equal(got[1][1], w + 2)
