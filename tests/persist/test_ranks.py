@@ -212,7 +212,7 @@ def test_ranks_with_vectors_or_blocks_on_some_ranks_merge(tmp_path: Path, how: s
     ranks = [_run(r, stats=spec) for r, spec in enumerate(_RANK_VECTORS)]
     if how == "gathered":
         parts = [pickle.loads(pickle.dumps(part_of(t.stashes, r, 3))) for r, t in enumerate(ranks)]
-        merged = Tracker._of_ranks(ranks[0]._stash_fn, parts, [])
+        merged = Tracker._of_ranks(ranks[0].options.stash_fn, parts, [])
     else:
         for r, t in enumerate(ranks):
             t.save(tmp_path / "run" / f"rank-{r}")
