@@ -131,6 +131,7 @@ def test_a_run_of_fast_tests_passes_and_slowest_lists_them(fake: pytest.Pytester
             "*5 longest tests, without the wait for a CPU*",
             "*9.00 s  test_fast.py::test_marked_slow_9_s  (slow)",
             "*1.00 s  test_fast.py::test_one_second",
+            "*10.0 s  in all, 2 tests",
         ]
     )
     result.stdout.no_fnmatch_line("*not marked slow*")

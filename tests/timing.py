@@ -165,6 +165,7 @@ class Durations:
             for nodeid, seconds in self.longest()[:slowest]:
                 mark = "  (slow)" if nodeid in self.slow else ""
                 write(f"{seconds:7.2f} s  {nodeid}{mark}")
+            write(f"{sum(self.seconds.values()):7.1f} s  in all, {len(self.seconds)} tests")
         over = self.over_limit()
         if over:
             terminalreporter.section(f"tests over {LIMIT:g} s not marked slow", red=True)
