@@ -5,9 +5,12 @@ The runs here use fake clocks that the inner tests move on (`spend`), so that a 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from tests.timing import Sample, duration
+from tests.timing import TICKS, Sample, duration, read_clocks
 
 FAKE_CLOCKS = '''
 """Fake clocks for tests.timing: the inner tests move them on with the `spend` fixture."""
@@ -145,3 +148,20 @@ def test_the_duration_leaves_out_the_wait_for_a_cpu_and_for_children_beyond_thei
     start = Sample(wall=100.0, cpu=1.0, delay=2.0, children=0.5)
     assert duration(start, Sample(wall=110.0, cpu=2.0, delay=8.0, children=0.5)) == 4.0
     assert duration(start, Sample(wall=110.0, cpu=2.0, delay=2.0, children=2.5)) == 3.0
+
+
+@pytest.mark.skipif(not TICKS, reason="needs Linux's /proc")
+def test_a_running_child_counts_by_its_cpu_time() -> None:
+    # As a browser does for the tests that drive one: it runs on while the test waits.
+    busy = (
+        "import time\nwhile time.process_time() < 0.3: pass\n"
+        "print('busy', flush=True)\ntime.sleep(60)"
+    )
+    start = read_clocks()
+    child = subprocess.Popen([sys.executable, "-c", busy], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "busy\n"
+        assert read_clocks().children - start.children >= 0.3 - 2 / TICKS
+    finally:
+        child.kill()
+        child.wait()

@@ -13,16 +13,18 @@ the test (setup, call and teardown together):
 where `cpu` is the thread's CPU time and `blocked` the time it neither ran nor waited for a
 CPU (sleeping, reading files, waiting for its other threads or for child processes), that is
 the wall time less `cpu` less the thread's run-queue delay (both from
-/proc/thread-self/schedstat); `children` is the CPU time of the child processes the test
-waited for (`getrusage(RUSAGE_CHILDREN)`). A child's own wait for a CPU cannot be read once it
-has exited, so while a test waits for children their CPU time stands in for the time it
-blocked. Where /proc is missing the duration is the wall time.
+/proc/thread-self/schedstat); `children` is the CPU time its child processes and theirs
+spent meanwhile: those that ended (`getrusage(RUSAGE_CHILDREN)`) and those still running,
+such as a browser (/proc/<pid>/stat). A child's own wait for a CPU cannot be read once it has
+exited, so while a test has children their CPU time stands in for the time it blocked. Where
+/proc is missing the duration is the wall time.
 
 `--slowest=N` lists the N longest tests by this duration, marked slow or not.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -37,6 +39,9 @@ except ImportError:  # Windows
 
 LIMIT = 5.0
 """Seconds a test not marked slow may take (see the module's docstring for how they count)."""
+
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and Path("/proc").is_dir() else 0
+"""Clock ticks per second in /proc/<pid>/stat (0: no /proc)."""
 
 ATTRIBUTE = "load_free_duration"
 """The report attribute that carries a phase's duration and whether the test is marked slow,
@@ -54,6 +59,26 @@ class Sample:
     children: float = 0.0
 
 
+def _running_descendants_ticks(pid: int) -> int:
+    """CPU time of `pid`'s running descendants, each with its own ended children's."""
+    ticks = 0
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            pids = children.read_text().split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        for child in pids:
+            try:
+                stat = Path(f"/proc/{child}/stat").read_text()
+            except OSError:  # the child ended meanwhile
+                continue
+            # After the command's name in parentheses: utime, stime, cutime, cstime are the
+            # 12th to the 15th fields.
+            ticks += sum(int(f) for f in stat.rpartition(")")[2].split()[11:15])
+            ticks += _running_descendants_ticks(int(child))
+    return ticks
+
+
 def read_clocks() -> Sample:
     """The clocks now, for the calling thread."""
     wall = time.perf_counter()
@@ -61,6 +86,8 @@ def read_clocks() -> Sample:
     if resource is not None:
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         children = usage.ru_utime + usage.ru_stime
+    if TICKS:
+        children += _running_descendants_ticks(os.getpid()) / TICKS
     try:
         cpu_ns, delay_ns = Path("/proc/thread-self/schedstat").read_text().split()[:2]
     except (OSError, ValueError):
