@@ -16,8 +16,10 @@ the wall time less `cpu` less the thread's run-queue delay (both from
 /proc/thread-self/schedstat); `children` is the CPU time its child processes and theirs
 spent meanwhile: those that ended (`getrusage(RUSAGE_CHILDREN)`) and those still running,
 such as a browser (/proc/<pid>/stat). A child's own wait for a CPU cannot be read once it has
-exited, so while a test has children their CPU time stands in for the time it blocked. Where
-/proc is missing the duration is the wall time.
+exited, so while a test has children their CPU time stands in for the time it blocked (a
+test that sleeps beside an idle child counts short: the rule errs towards passing, not
+towards a failure that depends on the load). Where /proc is missing the duration is the wall
+time.
 
 `--slowest=N` lists the N longest tests by this duration, marked slow or not.
 """
