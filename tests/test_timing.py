@@ -81,11 +81,11 @@ def test_3_s_in_its_fixture_and_2_s_itself(sets_up_3_s, spend):
     spend(wall=2.0, cpu=2.0)
 """
 
-OVER = [  # the longest first, then in the order they ran
+OVER = [  # the longest first, then by name
     ("test_waits_for_a_child_of_7_s", "7.00"),
-    ("test_sleeps_6_s", "6.00"),
-    ("test_runs_6_s", "6.00"),
     ("test_3_s_in_its_fixture_and_2_s_itself", "6.00"),
+    ("test_runs_6_s", "6.00"),
+    ("test_sleeps_6_s", "6.00"),
 ]
 UNDER = ["test_marked_slow_sleeps_6_s", "test_waits_20_s_for_a_cpu", "test_waits_30_s_for_a_child"]
 

@@ -177,7 +177,8 @@ class Durations:
         return [(n, s) for n, s in self.longest() if s > LIMIT and n not in self.slow]
 
     def longest(self) -> list[tuple[str, float]]:
-        return sorted(self.seconds.items(), key=lambda item: -item[1])
+        # by name among equals: xdist's workers report in no fixed order
+        return sorted(self.seconds.items(), key=lambda item: (-item[1], item[0]))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
