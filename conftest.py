@@ -5,10 +5,14 @@ small `nn.Sequential`, `x` a batch for it, `tracker` a tracker that recorded one
 backward pass of it, `event` one hook `Event`, and `loader`, `opt`, `loss_fn` a tiny
 training set-up; `lm` is a small transformer (blocks `blocks.0`, `blocks.1`) and `tokens`
 a batch of token ids for it.
+
+For every test it also registers the fast loop's guard (tests/timing.py), marks slow the
+docstring examples that take seconds, and gives each pytest-xdist worker one torch thread.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -19,9 +23,36 @@ import tensor_tracker
 import tensor_tracker.core.tracker
 from examples.tiny_transformer import TinyTransformer
 
+# The fast loop's guard (a test not marked slow that takes over 5 s fails the run) and
+# pytester, which its tests use.
+pytest_plugins = ["tests.timing", "pytester"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist runs a worker per core: one torch thread each, or their thread pools
+    # oversubscribe the cores and spin (here a quarter more CPU for the same tests).
+    if hasattr(config, "workerinput") and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"  # and for the processes the tests start
+        torch.set_num_threads(1)
+
+
+SLOW_DOCTESTS = {
+    "tensor_tracker.api.compare_models": "compiles a model with TorchInductor, ~8 s of CPU",
+}
+"""Docstring examples that take seconds: marked slow here, since a docstring has no marks."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.DoctestItem) and item.name in SLOW_DOCTESTS:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True)
-def _doctest_namespace(doctest_namespace: dict[str, Any]) -> None:
+def _doctest_namespace(request: pytest.FixtureRequest, doctest_namespace: dict[str, Any]) -> None:
+    if not isinstance(request.node, pytest.DoctestItem):
+        return  # a test under tests/: the names cost ~5 ms per test, ~10 s in a whole run
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
     x = torch.randn(8, 16)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import warnings
 import zlib
 from pathlib import Path
@@ -193,8 +192,8 @@ def test_a_second_writer_on_a_claimed_directory_fails_before_writing(tmp_path: P
         RecordingWriter(path, None)
 
 
-def _start_writer(path: str, start: float, results: Any) -> None:
-    time.sleep(max(0.0, start - time.time()))
+def _start_writer(path: str, start: Any, results: Any) -> None:
+    start.wait(timeout=120)  # every writer has imported torch: they race from here
     try:
         _record(Path(path), steps=2, stats=True)
         results.put("ok")
@@ -202,10 +201,11 @@ def _start_writer(path: str, start: float, results: Any) -> None:
         results.put("refused")
 
 
+@pytest.mark.slow  # four spawned interpreters import torch: seconds of CPU each
 def test_writers_racing_for_one_directory_leave_one_recording(tmp_path: Path) -> None:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    start = time.time() + 8  # spawned interpreters need a few seconds to import torch
+    start = context.Barrier(4)
     workers = [
         context.Process(target=_start_writer, args=(str(tmp_path / "run"), start, results))
         for _ in range(4)
