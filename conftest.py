@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import tensor_tracker
-import tensor_tracker.core.tracker
+import tensor_tracker._core.tracker
 from examples.tiny_transformer import TinyTransformer
 
 # The fast loop's guard (a test not marked slow that takes over 5 s fails the run) and
@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 SLOW_DOCTESTS = {
-    "tensor_tracker.api.compare_models": "compiles a model with TorchInductor, ~8 s of CPU",
+    "tensor_tracker._api.compare_models": "compiles a model with TorchInductor, ~8 s of CPU",
 }
 """Docstring examples that take seconds: marked slow here, since a docstring has no marks."""
 
@@ -83,7 +83,7 @@ def _doctest_namespace(request: pytest.FixtureRequest, doctest_namespace: dict[s
         loader=loader,
         opt=opt,
         loss_fn=lambda out: out.pow(2).mean(),
-        Recorder=tensor_tracker.core.tracker.Recorder,
+        Recorder=tensor_tracker._core.tracker.Recorder,
         first_nonfinite=tensor_tracker.first_nonfinite,
         summary=tensor_tracker.summary,
         **{name: getattr(tensor_tracker.stats, name) for name in tensor_tracker.stats.__all__},

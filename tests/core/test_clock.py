@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tensor_tracker.core.clock import Clock
-from tensor_tracker.core.options import Options
+from tensor_tracker._core.clock import Clock
+from tensor_tracker._core.options import Options
 
 
 def test_every_counts_the_steps_of_each_kind_apart() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tensor_tracker.core.plan import (
+from tensor_tracker._core.plan import (
     EAGER,
     HOOKED_OUTPUT,
     OUTPUT,
