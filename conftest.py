@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import tensor_tracker
-import tensor_tracker.core.tracker
+import tensor_tracker._core.tracker
 from examples.tiny_transformer import TinyTransformer
 
 
@@ -52,7 +52,7 @@ def _doctest_namespace(doctest_namespace: dict[str, Any]) -> None:
         loader=loader,
         opt=opt,
         loss_fn=lambda out: out.pow(2).mean(),
-        Recorder=tensor_tracker.core.tracker.Recorder,
+        Recorder=tensor_tracker._core.tracker.Recorder,
         first_nonfinite=tensor_tracker.first_nonfinite,
         summary=tensor_tracker.summary,
         **{name: getattr(tensor_tracker.stats, name) for name in tensor_tracker.stats.__all__},

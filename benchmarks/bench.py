@@ -33,11 +33,11 @@ from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import Stash, rmap_tensor, stats
-from tensor_tracker.data.frame import type_name
-from tensor_tracker.persist import recording
-from tensor_tracker.persist.integrity import AppendFile
-from tensor_tracker.stats.blocking import BlocksFn
-from tensor_tracker.stats.store import StatsStore
+from tensor_tracker._data.frame import type_name
+from tensor_tracker._persist import recording
+from tensor_tracker._persist.integrity import AppendFile
+from tensor_tracker.stats._blocking import BlocksFn
+from tensor_tracker.stats._store import StatsStore
 
 # -- the plain reference implementation of the contract ------------------------------------
 

@@ -22,26 +22,26 @@ Where things live, in layers that import only downwards:
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;
 # they import matplotlib, ipywidgets, pandas and umap only when their functions are called.
 from . import errors, export, integrations, plot, stats, widgets
-from .api import Tracker, compare, compare_models, load, track
-from .core.records import Event, Kind, LogEntry, Stash, StashFn, StashValueFn, Unrecorded
-from .core.stash_fns import (
+from ._api import Tracker, compare, compare_models, load, track
+from ._core.records import Event, Kind, LogEntry, Stash, StashFn, StashValueFn, Unrecorded
+from ._core.stash_fns import (
     CopyValue,
     default_stash,
     default_stash_value,
     get_stash_fn,
 )
-from .core.structure import rmap_tensor
-from .core.tracker import stash
-from .data.compare import Comparison, Divergence
-from .data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
-from .data.frame import to_frame
-from .data.nonfinite import NonFinite, first_nonfinite
-from .data.samples import SampleStats, SampleValues, sample_stats, sample_values
+from ._core.structure import rmap_tensor
+from ._core.tracker import stash
+from ._data.compare import Comparison, Divergence
+from ._data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
+from ._data.frame import to_frame
+from ._data.nonfinite import NonFinite, first_nonfinite
+from ._data.samples import SampleStats, SampleValues, sample_stats, sample_values
+from ._probe.autograd_graph import AutogradGraph, autograd_graph
+from ._probe.graph import ModuleGraph, module_graph
+from ._probe.summary import ModuleCall, Summary, summary
 from .errors import MemoryBudgetError
 from .export import GraphView, graph_view, report
-from .probe.autograd_graph import AutogradGraph, autograd_graph
-from .probe.graph import ModuleGraph, module_graph
-from .probe.summary import ModuleCall, Summary, summary
 from .stats import Stats, formats
 
 __all__ = [

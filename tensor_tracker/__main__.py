@@ -7,7 +7,7 @@ import sys
 import webbrowser
 from pathlib import Path
 
-from .api import load
+from ._api import load
 from .errors import TensorTrackerError
 from .export import report
 

@@ -30,7 +30,7 @@ def test_distributed_example_reports_a_gathered_run(capsys: pytest.CaptureFixtur
     # two single-process recordings merged as `Tracker.gather` merges ranks.
     from examples.distributed import report
     from tensor_tracker import Tracker, track
-    from tensor_tracker.persist.ranks import merge
+    from tensor_tracker._persist.ranks import merge
     from tests.helpers import batch, tiny_model, train
 
     ranks = []

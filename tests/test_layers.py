@@ -55,11 +55,11 @@ SIBLINGS = {
 def layer_of(module: str) -> str:
     """The layer of a dotted module name inside the package ("tensor_tracker.x.y")."""
     parts = module.split(".")[1:]
-    if not parts or parts[0] in {"api", "__init__", "__main__"}:
+    if not parts or parts[0] in {"_api", "__init__", "__main__"}:
         return "top"
     if parts[0] in UTIL:
         return "util"
-    return parts[0]
+    return parts[0].removeprefix("_")  # the private packages: _core is the core layer
 
 
 def module_name(path: Path) -> str:
@@ -149,14 +149,14 @@ def test_the_check_sees_upward_imports(tmp_path: Path) -> None:
         "from .memo import RecentTensors\n"
         "def f():\n"
         "    import matplotlib.pyplot\n"
-        "    from tensor_tracker.data.frame import to_frame\n"
+        "    from tensor_tracker._data.frame import to_frame\n"
     )
-    wrong = upward_imports(probe, "tensor_tracker.core.probe")
+    wrong = upward_imports(probe, "tensor_tracker._core.probe")
     assert wrong == [
         "tensor_tracker.stats (stats)",
         "tensor_tracker.plot (plot)",
         "matplotlib.pyplot (optional rendering/data library)",
-        "tensor_tracker.data.frame (data)",
+        "tensor_tracker._data.frame (data)",
     ]
 
 

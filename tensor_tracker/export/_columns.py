@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..data.frame import KEYS
+from .._data.frame import KEYS
 from ..errors import ArgumentTypeError
 from ..stats import Histogram, Stats
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._data.compare import Comparison
 from .._optional import require
-from ..data.compare import Comparison
 
 __all__ = ["comparison_payload"]
 

@@ -11,13 +11,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .._data.compare import Comparison
 from .._files import write_file
 from .._optional import require
+from .._probe.graph import ModuleGraph
 from .._validate import check_path, check_type
-from ..data.compare import Comparison
 from ..errors import ArgumentTypeError
-from ..probe.graph import ModuleGraph
-from ..stats.builtin import BUILTINS
+from ..stats._builtin import BUILTINS
 from ..stats.formats import BLOCK_FORMATS, FORMATS
 from ._columns import columns_of
 from ._compare_report import comparison_payload

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..data.samples import sample_rows
+from .._data.samples import sample_rows
 from ..errors import TensorTrackerError
 
 __all__ = ["SAMPLE_FLOATS", "samples_payload"]

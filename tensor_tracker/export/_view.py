@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from .._files import write_file
+from .._probe.graph import ModuleGraph
 from .._validate import check_int, check_path, check_type
 from ..errors import ArgumentValueError
-from ..probe.graph import ModuleGraph
 from ._report import page
 
 __all__ = ["GraphView", "graph_view"]

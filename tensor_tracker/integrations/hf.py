@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._core.tracker import Recorder
 from .._optional import require
 from .._validate import check_type
-from ..core.tracker import Recorder
 
 __all__ = ["hf_trainer_callback"]
 

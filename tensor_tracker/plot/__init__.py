@@ -30,7 +30,7 @@ Example:
     >>> plot.module_graph(graph).savefig("graph.png")  # doctest: +SKIP
 """
 
-from ..data.embedding import MAX_TOKENS, default_layers
+from .._data.embedding import MAX_TOKENS, default_layers
 from ._channels import channel_map
 from ._compare import compare
 from ._embedding import umap_plot

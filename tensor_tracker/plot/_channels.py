@@ -7,10 +7,10 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._data.channels import DEFAULT_OUTLIER_RATIO, channel_table
+from .._data.select import display_name
 from .._optional import require
 from .._validate import check_bool, check_int, check_number, check_type
-from ..data.channels import DEFAULT_OUTLIER_RATIO, channel_table
-from ..data.select import display_name
 from ..errors import ArgumentValueError
 from ._figure import MAX_WIDTH, category_ticks, new_axes
 
@@ -50,7 +50,7 @@ def channel_map(
         modules: the modules to show, by name, in that order; `None`: every module with
             at least 2 channels, in recording order.
         mark: circle channels above this many times their module's median channel
-            (as `tensor_tracker.data.channels.outlier_channels` does per step); `None`:
+            (as `tensor_tracker._data.channels.outlier_channels` does per step); `None`:
             no marks.
         ax: a matplotlib Axes to draw into (a new figure otherwise).
 

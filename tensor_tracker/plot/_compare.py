@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from .._data.compare import Comparison
+from .._data.select import display_name, short_labels
 from .._optional import require
 from .._validate import check_int, check_type
-from ..data.compare import Comparison
-from ..data.select import display_name, short_labels
 from ..errors import ArgumentValueError
 from ._figure import MAX_WIDTH, category_ticks, new_figure
 

@@ -8,19 +8,19 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
-from .._optional import require
-from .._validate import check_choice, check_count, check_int
-from ..data.select import (
+from .._data.select import (
     as_stashes,
     display_name,
     select,
 )
+from .._optional import require
+from .._validate import check_choice, check_count, check_int
 from ..errors import ArgumentValueError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-from ..data.embedding import (
+from .._data.embedding import (
     MAX_TOKENS,
     Names,
     embed,
@@ -29,7 +29,7 @@ from ..data.embedding import (
     layer_rows,
     token_index,
 )
-from ..data.series import empty_error, last_step
+from .._data.series import empty_error, last_step
 from ._figure import new_figure, root_figure
 
 __all__ = ["draw_paths", "umap_plot"]

@@ -9,11 +9,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from .._data.select import short_label
 from .._optional import require
-from ..data.select import short_label
 from ..errors import ArgumentTypeError, ArgumentValueError
+from ..stats._spec import BLOCK_NAMES
 from ..stats.formats import BLOCK_FORMATS, FORMATS, BlockFormat, Format
-from ..stats.spec import BLOCK_NAMES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .._optional import require
+from .._probe.autograd_graph import MAX_DRAWN, AutogradGraph
+from .._probe.graph import NODE_COLOURS, GraphEdge, Layout, ModuleGraph, node_label
 from ..errors import ArgumentTypeError
-from ..probe.autograd_graph import MAX_DRAWN, AutogradGraph
-from ..probe.graph import NODE_COLOURS, GraphEdge, Layout, ModuleGraph, node_label
 from ._figure import MAX_WIDTH, fixed_margins, new_figure, root_figure
 
 if TYPE_CHECKING:

@@ -8,20 +8,20 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .._optional import require
-from .._validate import check_bool, check_count
-from ..core.records import Stash
-from ..data.select import (
+from .._core.records import Stash
+from .._data.select import (
     as_stashes,
     shown_value,
 )
+from .._optional import require
+from .._validate import check_bool, check_count
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-from ..data.series import (
+from .._data.series import (
     Series,
     auto_range,
     bin_counts,

@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._optional import require
-from .._validate import check_bool, check_count
-from ..data.select import (
+from .._data.select import (
     as_stashes,
     display_name,
     select_from,
@@ -18,16 +16,18 @@ from ..data.select import (
     stash_label,
     stash_tensor,
 )
+from .._optional import require
+from .._validate import check_bool, check_count
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-from ..data.depth import leaf_names
-from ..data.embedding import Names
-from ..data.history import curves, first_nonfinite_step, history_rows, step_edges
-from ..data.series import (
+from .._data.depth import leaf_names
+from .._data.embedding import Names
+from .._data.history import curves, first_nonfinite_step, history_rows, step_edges
+from .._data.series import (
     Series,
     auto_range,
     bin_counts,

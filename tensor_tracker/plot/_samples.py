@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._data.samples import SAMPLE_STATS, Names, SampleStat, sample_values
+from .._data.select import display_name, short_labels
 from .._optional import require
 from .._validate import check_choice
-from ..data.samples import SAMPLE_STATS, Names, SampleStat, sample_values
-from ..data.select import display_name, short_labels
 from ._figure import MAX_WIDTH, category_ticks, new_figure
 
 if TYPE_CHECKING:

@@ -6,9 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._optional import require
-from .._validate import check_bool, check_int
-from ..data.select import (
+from .._data.select import (
     as_stashes,
     display_name,
     module_order,
@@ -17,14 +15,16 @@ from ..data.select import (
     select_from,
     short_labels,
 )
+from .._optional import require
+from .._validate import check_bool, check_int
 from ..errors import ArgumentValueError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-from ..data.depth import Depth, depth_layout, leaf_names
-from ..data.embedding import Names
-from ..data.series import (
+from .._data.depth import Depth, depth_layout, leaf_names
+from .._data.embedding import Names
+from .._data.series import (
     empty_error,
     log2_abs,
     mean_by,

@@ -60,7 +60,7 @@ Built-in statistic names (see `NAMES`):
   `2**-126` to `2**128`, plus zeros, float32 subnormals and non-finite values, so that a
   tensor's distribution over number-format ranges can be watched over steps and every
   format's overflow and underflow fraction read after the fact
-  (`tensor_tracker.data.format_fractions`). It is opt-in: `stats=[*DEFAULT, "exp_hist"]`.
+  (`tensor_tracker._data.format_fractions`). It is opt-in: `stats=[*DEFAULT, "exp_hist"]`.
 
 Sparse tensors (e.g. the gradient of `nn.Embedding(sparse=True)`) are summarised as the
 dense tensors they stand for: implicit zeros count as values. Complex tensors are summarised
@@ -77,7 +77,7 @@ every other dimension: a vector per tensor, named
 `<stat>_per_channel` / `<stat>_per_sample`, computed on the device in the same call (one
 reduction, no host sync). Each record keeps its own width (the size of `dim` there).
 They show which hidden channels carry outliers (LLM.int8's outlier features, "massive
-activations") and which sample of a batch stands out; `tensor_tracker.data.channel_table`
+activations") and which sample of a batch stands out; `tensor_tracker._data.channel_table`
 and `tensor_tracker.plot.channel_map` read them.
 
 Fractions are over all `numel` values. An empty tensor gives `numel` 0, counts and `sum` 0,
@@ -118,12 +118,12 @@ Example:
     {'mean': 33333.33, 'rms': 57735.03, 'fp16_overflow': 0.3333333333333333}
 """
 
-from ..core.options import use_stats_parser
+from .._core.options import use_stats_parser
 from . import formats
-from .fn import Spec, StatsFn, compute, parse
-from .layout import Layout
-from .merging import combine, inexact_names
-from .spec import (
+from ._fn import Spec, StatsFn, compute, parse
+from ._layout import Layout
+from ._merging import combine, inexact_names
+from ._spec import (
     BLOCK_NAMES,
     DEFAULT,
     EXP_HIST,
@@ -138,8 +138,8 @@ from .spec import (
     per_channel,
     per_sample,
 )
-from .table import stats_table
-from .values import Stats
+from ._table import stats_table
+from ._values import Stats
 
 # `track(stats=...)` and `Tracker(stats=...)` are checked and parsed in `core.options`, which
 # sits below this layer and so cannot import `parse`: it is handed over here, once.

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plot
+from .._data._views import Choice, Drawing, Note
 from .._optional import require
-from ..data._views import Choice, Drawing, Note
 from ..plot._figure import at_most, fixed_margins
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from ..data._umap_view import (
+from .._data._umap_view import (
     UmapState,
     layers_of_shape,
     selection_text,
@@ -15,7 +15,7 @@ from ..data._umap_view import (
     umap_drawing,
     umap_source,
 )
-from ..data._views import Note, module_options
+from .._data._views import Note, module_options
 from ._base import (
     Panel,
     Quiet,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from ..data._histogram_view import (
+from .._data._histogram_view import (
     BIN_CHOICES,
     NO_HISTOGRAM,
     HistogramState,
@@ -14,7 +14,7 @@ from ..data._histogram_view import (
     histogram_drawing,
     histogram_source,
 )
-from ..data._views import Note, module_options
+from .._data._views import Note, module_options
 from ._base import (
     Panel,
     Quiet,

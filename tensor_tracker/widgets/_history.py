@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from ..data._history_view import (
+from .._data._history_view import (
     HistoryState,
     heatmap_drawing,
     history_drawing,
@@ -13,7 +13,7 @@ from ..data._history_view import (
     role_choice,
     search_modules,
 )
-from ..data._views import Note, module_options
+from .._data._views import Note, module_options
 from ._base import (
     Panel,
     Quiet,

@@ -7,7 +7,7 @@ import time
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from ..data._live_view import (
+from .._data._live_view import (
     LiveState,
     latest_values,
     live_choices,
@@ -16,9 +16,9 @@ from ..data._live_view import (
     readout_html,
     shown_modules,
 )
-from ..data.frame import to_frame
-from ..persist.recording import read_recording, spec_of
-from ..persist.recording_codec import JOURNAL
+from .._data.frame import to_frame
+from .._persist.recording import read_recording, spec_of
+from .._persist.recording_codec import JOURNAL
 from ._base import Panel, ipywidgets_module, make_viewer, observe, render, set_options
 
 if TYPE_CHECKING:

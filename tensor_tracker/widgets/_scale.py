@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from ..data._scale_view import ScaleState, scale_choices, scale_drawing, scale_steps
-from ..data._views import Note
+from .._data._scale_view import ScaleState, scale_choices, scale_drawing, scale_steps
+from .._data._views import Note
 from ._base import (
     Panel,
     Quiet,

@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from tensor_tracker import Stash, Tracker, track
-from tensor_tracker.core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, TUPLE, Columns
-from tensor_tracker.core.memo import RecentTensors
-from tensor_tracker.data.frame import to_frame
+from tensor_tracker._core.columns import GRAD, OBJECT, REFS, STASH, TRAINING, TUPLE, Columns
+from tensor_tracker._core.memo import RecentTensors
+from tensor_tracker._data.frame import to_frame
 from tensor_tracker.stats import Stats, compute, histogram, parse
-from tensor_tracker.stats import store as store_module
+from tensor_tracker.stats import _store as store_module
 from tests.helpers import interrupt_at, lines_run, mlp
 
 

@@ -25,7 +25,7 @@ from tensor_tracker import (
     rmap_tensor,
     track,
 )
-from tensor_tracker.core.structure import iter_leaves, iter_tensors
+from tensor_tracker._core.structure import iter_leaves, iter_tensors
 from tests.helpers import hook_count
 
 

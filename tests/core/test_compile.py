@@ -20,7 +20,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 from tensor_tracker import Tracker, track
-from tensor_tracker.core.graph_sink import traces_gradients as graph_gradients
+from tensor_tracker._core.graph_sink import traces_gradients as graph_gradients
 from tests.helpers import batch, mlp, tiny_model
 
 pytestmark = pytest.mark.slow  # torch.compile compiles for seconds in every test

@@ -20,7 +20,7 @@ from torch._dynamo.utils import counters
 
 from examples import zoo
 from tensor_tracker import track
-from tensor_tracker.core.graph_sink import traces_gradients
+from tensor_tracker._core.graph_sink import traces_gradients
 from tests import graph_models
 
 pytestmark = pytest.mark.slow  # torch.compile compiles for seconds in every test

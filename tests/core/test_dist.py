@@ -175,7 +175,7 @@ def test_gather_brings_every_rank_even_with_uneven_records(ranks: list[dict[str,
     counts = frame.groupby("rank").size().to_dict()
     assert counts == {r: ranks[r]["ddp"]["local_rows"] for r in range(WORLD)}
     assert counts[1] > counts[0]
-    assert list(frame.columns[:9]) == [*tensor_tracker.data.frame._META, "rank"]
+    assert list(frame.columns[:9]) == [*tensor_tracker._data.frame._META, "rank"]
 
 
 def test_ddp_names_are_those_of_the_unwrapped_model(ranks: list[dict[str, Any]]) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from tensor_tracker.core.grad_hooks import ViewSlice, stand_in, view_replay
+from tensor_tracker._core.grad_hooks import ViewSlice, stand_in, view_replay
 
 
 def _intermediate(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:

@@ -293,7 +293,7 @@ def every_output_gradient_matches_autograd(model: nn.Module, run: Any) -> int:
 
         def keep(module: nn.Module, args: Any, output: Any, name: str = name) -> None:
             calls = sum(1 for key in outputs if key[0] == name)
-            tensors = [t for t in tensor_tracker.core.structure.iter_tensors(output)]
+            tensors = [t for t in tensor_tracker._core.structure.iter_tensors(output)]
             outputs[(name, calls)] = tensors
 
         handles.append(module.register_forward_hook(keep))

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import stash, track
-from tensor_tracker.core import tracker as tracker_module
+from tensor_tracker._core import tracker as tracker_module
 from tests.helpers import hook_count
 
 

@@ -8,7 +8,7 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from tensor_tracker import track
-from tensor_tracker.core.naming import module_names, parameter_names, wrapped_module
+from tensor_tracker._core.naming import module_names, parameter_names, wrapped_module
 from tests.helpers import batch, tiny_model
 
 

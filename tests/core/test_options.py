@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from tensor_tracker import Tracker, load, track
-from tensor_tracker.core.budget import MemoryBudget, value_nbytes
-from tensor_tracker.core.columns import Columns
-from tensor_tracker.core.options import Options, option_fields
-from tensor_tracker.core.tracker import Recorder
+from tensor_tracker._core.budget import MemoryBudget, value_nbytes
+from tensor_tracker._core.columns import Columns
+from tensor_tracker._core.options import Options, option_fields
+from tensor_tracker._core.tracker import Recorder
 from tensor_tracker.errors import (
     ArgumentTypeError,
     ArgumentValueError,

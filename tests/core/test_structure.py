@@ -10,7 +10,7 @@ from typing import NamedTuple
 import torch
 
 from tensor_tracker import Stash, default_stash_value, rmap_tensor
-from tensor_tracker.core.structure import iter_tensors
+from tensor_tracker._core.structure import iter_tensors
 
 
 def double(t: torch.Tensor) -> torch.Tensor:

@@ -346,7 +346,7 @@ class Emit(nn.Module):
 
 def loss_of(value: Any) -> Tensor:
     tensors = [
-        t for t in tensor_tracker.core.structure.iter_tensors(value) if t.is_floating_point()
+        t for t in tensor_tracker._core.structure.iter_tensors(value) if t.is_floating_point()
     ]
     return sum((t.sum() for t in tensors if t.requires_grad), torch.zeros(()))
 

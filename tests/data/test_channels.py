@@ -11,7 +11,7 @@ from torch import nn
 
 import tensor_tracker as tt
 from tensor_tracker import stats
-from tensor_tracker.data.channels import (
+from tensor_tracker._data.channels import (
     DEFAULT_OUTLIER_RATIO,
     ChannelTable,
     channel_table,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from examples.zoo import ResNet18
-from tensor_tracker.data.depth import BLOCK_ROLE, depth_layout, leaf_names
+from tensor_tracker._data.depth import BLOCK_ROLE, depth_layout, leaf_names
 
 
 def test_blocks_roles_and_lone_modules_in_execution_order() -> None:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from tensor_tracker import Diagnosis, Tracker, diagnose, diagnosis_stats, track
-from tensor_tracker.data.diagnose import dead_fraction
+from tensor_tracker._data.diagnose import dead_fraction
 
 
 def _mlp(act: type[nn.Module], depth: int, width: int = 32, scale: float = 1.0) -> nn.Sequential:

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from tensor_tracker.data.differences import (
+from tensor_tracker._data.differences import (
     close,
     coarser_dtype,
     differences,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tensor_tracker
-from tensor_tracker.data.exponents import format_fractions
+from tensor_tracker._data.exponents import format_fractions
 from tensor_tracker.errors import ArgumentValueError
 from tensor_tracker.stats.formats import FORMATS
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tensor_tracker.data.history import curves
+from tensor_tracker._data.history import curves
 
 
 def reference(

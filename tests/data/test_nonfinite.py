@@ -12,8 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from tensor_tracker import NonFinite, Stash, first_nonfinite, track
-from tensor_tracker.core import tracker as tracker_module
-from tensor_tracker.core.records import Unrecorded
+from tensor_tracker._core import tracker as tracker_module
+from tensor_tracker._core.records import Unrecorded
 from tensor_tracker.errors import NonFiniteError, NotRecordedError
 from tensor_tracker.stats import Stats, parse
 from tests.helpers import hook_count
@@ -459,7 +459,7 @@ def test_keep_steps_keeps_the_last_steps_of_a_loop_ending_in_step() -> None:
 
 
 def test_keep_recent_steps_rebases_object_references() -> None:
-    from tensor_tracker.core.columns import Columns
+    from tensor_tracker._core.columns import Columns
 
     cols = Columns()
     site = cols.site_id("m", nn.Linear, "output", "")

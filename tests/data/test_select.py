@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tensor_tracker
-from tensor_tracker.data.select import (
+from tensor_tracker._data.select import (
     first_stashes,
     recorded_steps,
     select,

@@ -97,7 +97,7 @@ def test_over_the_budget_the_page_keeps_each_channels_largest_value_then_leaves_
 ) -> None:
     full = sum(
         r.numel()
-        for r in tensor_tracker.data.samples.sample_rows(
+        for r in tensor_tracker._data.samples.sample_rows(
             run, "t", 2, 0, False, None, 0, -1
         ).positions
     )

@@ -13,8 +13,8 @@ import torch
 
 import tensor_tracker
 from tensor_tracker import Stash, Tracker, track
+from tensor_tracker._persist.ranks import merge, part_of
 from tensor_tracker.errors import ArgumentValueError, RecordingError, TrackerStateError
-from tensor_tracker.persist.ranks import merge, part_of
 from tests.helpers import batch, tiny_model, train
 
 

@@ -23,8 +23,8 @@ from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import LogEntry, Stash, load, track
-from tensor_tracker.core.structure import iter_tensors
-from tensor_tracker.data.frame import type_name
+from tensor_tracker._core.structure import iter_tensors
+from tensor_tracker._data.frame import type_name
 from tensor_tracker.errors import ArgumentValueError, RecordingError
 from tensor_tracker.stats import Stats
 from tests.persist.recording_files import craft, replace_column

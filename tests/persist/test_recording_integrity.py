@@ -27,9 +27,9 @@ from torch import nn
 
 import tensor_tracker
 from tensor_tracker import load, track
+from tensor_tracker._persist import integrity, recording
+from tensor_tracker._persist.recording import RecordingWriter
 from tensor_tracker.errors import ArgumentValueError, FileWriteError, RecordingError
-from tensor_tracker.persist import integrity, recording
-from tensor_tracker.persist.recording import RecordingWriter
 from tests.helpers import hook_count
 from tests.persist.recording_files import (
     craft,
@@ -120,7 +120,7 @@ _CRASH = textwrap.dedent(
     import os, sys, torch
     from torch import nn
     import tensor_tracker
-    from tensor_tracker.persist import integrity, recording
+    from tensor_tracker._persist import integrity, recording
 
     real = integrity.AppendFile.append
     commits = {"n": 0}

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from tensor_tracker import Tracker, load, track
-from tensor_tracker.core.columns import Columns
-from tensor_tracker.persist import integrity
+from tensor_tracker._core.columns import Columns
+from tensor_tracker._persist import integrity
 from tests.helpers import interrupt_at, lines_run
 
 pytest.importorskip("pyarrow")

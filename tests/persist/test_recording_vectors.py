@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from tensor_tracker import load, stats, track
+from tensor_tracker._persist.ranks import merge, part_of
+from tensor_tracker._persist.recording_codec import spec_from_json
 from tensor_tracker.errors import RecordingError
-from tensor_tracker.persist.ranks import merge, part_of
-from tensor_tracker.persist.recording_codec import spec_from_json
 from tests.persist.recording_files import craft, replace_column, rewrite_meta, signature
 
 pytest.importorskip("pyarrow")

@@ -8,7 +8,7 @@ import pytest
 
 import tensor_tracker as tt
 from tensor_tracker import plot
-from tensor_tracker.data.channels import channel_table
+from tensor_tracker._data.channels import channel_table
 from tensor_tracker.errors import ArgumentTypeError, ArgumentValueError, NotRecordedError
 from tests.data.test_channels import CHANNEL, _model, _plant, _record
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from tensor_tracker import autograd_graph
-from tensor_tracker.probe.autograd_graph import MAX_DRAWN
+from tensor_tracker._probe.autograd_graph import MAX_DRAWN
 from tests import graph_models
 
 

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 import tensor_tracker
 from tensor_tracker import module_graph
-from tensor_tracker.probe.graph import MAX_NODES, parse_extra_repr
+from tensor_tracker._probe.graph import MAX_NODES, parse_extra_repr
 from tests import graph_models
 from tests.graph_models import Residual
 

@@ -166,7 +166,7 @@ def test_the_probes_leave_no_hook_behind() -> None:
     module_graph(model, x)
     autograd_graph(model, x)
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
-    assert tensor_tracker.core.naming.module_names(model)[0][1] is model._orig_mod
+    assert tensor_tracker._core.naming.module_names(model)[0][1] is model._orig_mod
 
 
 def test_probing_an_uncompiled_model_imports_no_compiler() -> None:

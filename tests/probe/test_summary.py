@@ -12,8 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from tensor_tracker import summary, track
-from tensor_tracker.probe.summary import _measure
-from tensor_tracker.probe.timeline import CudaMemory, EventClock
+from tensor_tracker._probe.summary import _measure
+from tensor_tracker._probe.timeline import CudaMemory, EventClock
 from tests.helpers import hook_count
 
 

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from tensor_tracker import summary
-from tensor_tracker.probe._summary_record import SummaryRecorder
-from tensor_tracker.probe.timeline import (
+from tensor_tracker._probe._summary_record import SummaryRecorder
+from tensor_tracker._probe.timeline import (
     CudaMemory,
     EventClock,
     NonFiniteFlags,

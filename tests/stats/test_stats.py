@@ -16,7 +16,7 @@ from torch import Tensor
 
 import tensor_tracker
 from tensor_tracker import stats as S
-from tensor_tracker.stats import kernels
+from tensor_tracker.stats import _kernels as kernels
 from tensor_tracker.stats.formats import FORMATS
 
 ALL = list(S.NAMES)

@@ -13,7 +13,7 @@ from torch import nn
 
 from tensor_tracker import stats, track
 from tensor_tracker.errors import ArgumentTypeError, ArgumentValueError, TensorTrackerError
-from tensor_tracker.stats.vectors import VectorRows
+from tensor_tracker.stats._vectors import VectorRows
 
 STATS = ("abs_max", "rms", "mean", "abs_mean")
 
@@ -154,7 +154,7 @@ def test_the_store_keeps_vectors_of_each_width_beside_the_rows() -> None:
 def test_vector_rows_read_and_truncate_on_device_chunks() -> None:
     # The accelerator code path, run on the CPU's "meta"-free path: chunks of a fixed size
     # filled in order, a vector larger than a chunk gets its own.
-    from tensor_tracker.stats import vectors as module
+    from tensor_tracker.stats import _vectors as module
 
     rows = module._DeviceVectors(torch.device("cpu"))
     sizes = [3, module._CHUNK, 2, 0, 5]

@@ -186,7 +186,7 @@ def test_controls_with_nothing_to_choose_are_hidden(tmp_path: Path) -> None:
 
 
 def test_the_readout_has_one_number_format() -> None:
-    from tensor_tracker.data._live_view import readout_html as _readout
+    from tensor_tracker._data._live_view import readout_html as _readout
 
     text = _readout({"a": 0.5, "b": 1e-5}, ["b", "a"], "rms", True, 7)
     assert text.index("<td>a</td>") < text.index("<td>b</td>")  # largest first

@@ -1,6 +1,6 @@
 """The viewers' logic, without ipywidgets or a display: from controls' values and the
 recording to what each control offers and which figure is drawn with which arguments
-(`tensor_tracker.data._*_view`). The widgets' own tests (test_widgets.py and the others)
+(`tensor_tracker._data._*_view`). The widgets' own tests (test_widgets.py and the others)
 check the shell around it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tensor_tracker import Tracker, track
-from tensor_tracker.data._histogram_view import (
+from tensor_tracker._data._histogram_view import (
     NO_HISTOGRAM,
     HistogramState,
     filter_modules,
@@ -17,7 +17,7 @@ from tensor_tracker.data._histogram_view import (
     histogram_drawing,
     histogram_source,
 )
-from tensor_tracker.data._history_view import (
+from tensor_tracker._data._history_view import (
     NO_HISTOGRAMS,
     HistoryState,
     heatmap_drawing,
@@ -25,7 +25,7 @@ from tensor_tracker.data._history_view import (
     history_source,
     search_modules,
 )
-from tensor_tracker.data._live_view import (
+from tensor_tracker._data._live_view import (
     NAMES,
     LiveState,
     extremes,
@@ -33,8 +33,8 @@ from tensor_tracker.data._live_view import (
     live_drawing,
     shown_modules,
 )
-from tensor_tracker.data._scale_view import ScaleState, scale_choices, scale_drawing, scale_steps
-from tensor_tracker.data._umap_view import (
+from tensor_tracker._data._scale_view import ScaleState, scale_choices, scale_drawing, scale_steps
+from tensor_tracker._data._umap_view import (
     UmapState,
     layers_of_shape,
     selection_text,
@@ -42,7 +42,7 @@ from tensor_tracker.data._umap_view import (
     umap_drawing,
     umap_source,
 )
-from tensor_tracker.data._views import EMPTY, Choice, Note, choose
+from tensor_tracker._data._views import EMPTY, Choice, Note, choose
 from tensor_tracker.errors import ArgumentValueError
 from tests.helpers import stash
 from tests.test_layers import PACKAGE, imports, module_name

@@ -1,0 +1,629 @@
+"""`Recorder`: registers modules, attaches hooks to them, and keeps what they saw as a
+list of `Stash`; steps, `with` blocks, and `stash()` for values that are no module's output.
+
+The recording core of `tensor_tracker.Tracker`, which adds the ways to read a recording
+(`to_frame`, ...) from the layers above. The hooks themselves and the path from a hook to
+the stored row are in `hooks` (eager) and `compiled` (inside a compiled model's graphs);
+the memory budget in `budget`; the options, checked once, in `options`."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, cast, overload
+
+import torch
+from torch import Tensor, nn
+
+from .._torch_compat import compiled_callable, dynamo_has_compiled_code, untraced
+from .._validate import check_bool, check_count, check_int, check_type
+from ..errors import ArgumentValueError, NotRecordedError, TrackerStateError
+from .budget import held_nbytes
+from .columns import Site
+from .compiled import CompiledHooks, traceable_params
+from .dist import rank_info
+from .graph_sink import can_emit, close_sink, traces_gradients
+from .hooks import Registration
+from .naming import module_names
+from .options import CAPTURE, Options, Pattern, check_filters, compile_pattern
+from .records import Kind, LogEntry, Stash
+
+__all__ = ["CAPTURE", "Options", "Pattern", "Recorder", "compile_pattern", "stash"]
+
+
+def _a_few(names: list[str], n: int = 6) -> str:
+    """Up to `n` of `names`, and how many more there are."""
+    shown = ", ".join(names[:n])
+    return shown + (f", ... ({len(names) - n} more)" if len(names) > n else "")
+
+
+def _caller_level() -> int:
+    """The `stacklevel` of a warning that points at the user's code: the first frame
+    outside this package."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("tensor_tracker."):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def check_module(module: Any, argument: str = "module") -> None:
+    """Raise `ArgumentTypeError` naming `argument` unless `module` is an `nn.Module`."""
+    check_type(module, nn.Module, argument, "a torch.nn.Module (the model to track)")
+
+
+_R = TypeVar("_R", bound="Recorder")
+
+
+_ACTIVE: list[Recorder] = []
+"""Trackers with hooks attached now: those `stash` records into."""
+
+
+ROLES = ("input", "target", "loss", "param", "helper")
+"""The roles `stash(..., role=...)` accepts: they become the record's `kind`."""
+
+
+def stash(name: str, value: Any, role: str | None = None) -> Any:
+    """Record `value` (a tensor, or a structure of tensors) under `name` with every tracker
+    that is recording now, as a record of the innermost tracked module whose `forward` is
+    running (kind `"named"`, or `role`; attr `name`), and its gradient too when it has one;
+    return `value` unchanged. Call it anywhere, e.g. inside `forward` for a tensor that is
+    no module's output; with no tracker recording it does nothing (one list check).
+
+    Outside any tracked module (e.g. the loss in the training loop) the record is the root
+    module's (name `""`).
+
+    Args:
+        name: the name to record it under.
+        value: what to record.
+        role: what the tensor is, one of `ROLES` (`"input"`, `"target"`, `"loss"`,
+            `"param"`, `"helper"`): the record's `kind`, so plots and `to_frame()` can
+            select by it; `None` for `"named"`.
+
+    Raises:
+        TypeError, ValueError: `name` is not a str, or an unknown `role` (also with no
+            tracker recording).
+
+    Returns:
+        `value`, so it can wrap an expression: `scores = stash("scores", q @ k.T)`.
+
+    Example:
+        >>> class Attention(nn.Module):
+        ...     def forward(self, q):
+        ...         scores = tensor_tracker.stash("scores", q @ q.T)
+        ...         return scores.softmax(-1) @ q
+        >>> attention = Attention()
+        >>> with track(attention) as t:
+        ...     attention(torch.randn(3, 4, requires_grad=True)).sum().backward()
+        >>> [(s.name, s.kind, s.attr, s.grad) for s in t]
+        [('', 'named', 'scores', False), ('', 'output', '', False), ('', 'output', '', True), ('', 'named', 'scores', True)]
+    """
+    if role is not None and role not in ROLES:
+        raise ArgumentValueError(f"stash(role=...): one of {list(ROLES)} or None, got {role!r}")
+    if not isinstance(name, str):  # also when nothing tracks: the model code is wrong
+        check_type(name, str, "stash(name, value): name", "a str")
+    if not _ACTIVE:
+        return value
+    frame = sys._getframe(1)
+    kind = cast(Kind, role or "named")
+    for tracker in list(_ACTIVE):
+        tracker._stash_named(name, value, frame, kind)
+    return value
+
+
+class Recorder(CompiledHooks):
+    """Records what modules compute, as a list of `Stash`; users get a `Tracker` (a
+    `Recorder` that can also be read as a table) from `track` or `Tracker(...)`.
+
+    A tracker is a sequence of stashes (`len`, indexing, iteration, in recording order) and a
+    context manager that removes its hooks on exit.
+
+    Args:
+        options: how it records (see `Options`; `Options()` for the defaults).
+
+    Example:
+        >>> tracker = Recorder(Options())
+        >>> tracker.register(model[0], "first")
+        >>> model(x).sum().backward()
+        >>> tracker.unregister()
+        >>> [(s.name, s.grad) for s in tracker]
+        [('first', False), ('first', True)]
+    """
+
+    def __init__(self, options: Options) -> None:
+        check_type(options, Options, "options=", "a tensor_tracker._core.options.Options")
+        super().__init__(options)
+        self.options = options
+        """The options this tracker records with (checked when it was made)."""
+        self._optimizer = options.optimizer
+        every = options.every
+        self._every_default = options.every_of("default")
+        self._every: dict[str, int] = {} if isinstance(every, int) else dict(every)
+        self._kind = "default"
+        self._kind_index = 0
+        self._kind_counts: dict[str, int] = {"default": 1}
+        self.step_kinds: dict[int, str] = {}
+        """The kind of each step declared with `step(kind=...)` other than "default"."""
+        self.modules: weakref.WeakValueDictionary[str, nn.Module] = weakref.WeakValueDictionary()
+        """Every module registered so far, by name, also after `unregister()` (held weakly:
+        the tracker does not keep a model alive); what `summary()` counts parameters of."""
+        # What __exit__ detached, for re-entering `with tracker:`; see __enter__.
+        self._resume: tuple[list[Registration], list[Callable[..., Any]]] | None = None
+        self._unregistered = False
+        self.logged: list[LogEntry] = []
+        """Scalars and notes made with `log` and `note`, in order."""
+        self.partial_steps: list[int] = []
+        """The steps an exception (a Ctrl-C, an error in the model) cut short: the `with`
+        block ended during the step, before `step()` ended it; its records are those made
+        before the exception. Kept by `save` and `stream_to=`, read back by `load`."""
+        # `step`, `log`, `note` and the end of a block take turns, so that threads calling
+        # them (a logging thread) never write a step twice or lose an entry. The hooks do
+        # not take it: see `step`.
+        self._lock = threading.RLock()
+        self._ending: int | None = None  # the step `step()` is ending, until it has
+        # See `on_flush`.
+        self._flush: Callable[[bool], None] | None = None
+        self.stream_path: Any = None
+        """The directory `track(..., stream_to=...)` writes to (None otherwise)."""
+        self.complete: bool | None = None
+        """For a `load`ed recording: whether its writer closed it (`False` while a writer
+        still appends, or after it was killed mid-run); `None` for a live tracker."""
+        self.rank: int | None = None
+        """This process's rank under `torch.distributed` (`None` without it): read when the
+        tracker is made and when a `with` block starts, never in a hook; `to_frame()` then
+        has a `rank` column."""
+        self.world_size: int | None = None
+        """The number of ranks under `torch.distributed` (`None` without it)."""
+        self._read_rank()
+        self._depth = 0  # nested `with tracker:` blocks; the outermost one detaches
+        self._attached = False
+
+    def on_flush(self, flush: Callable[[bool], None], path: Any = None) -> None:
+        """Call `flush(block_ended)` at every `step()` and at the end of each `with` block
+        (`block_ended` true): how `track(..., stream_to=path)` writes the records so far
+        to disk and drops them. `path` becomes `stream_path`."""
+        self._flush = flush
+        self.stream_path = path
+
+    def _read_rank(self) -> None:
+        info = rank_info()
+        if info is not None:
+            self.rank, self.world_size = info
+
+    # -- registration ------------------------------------------------------------------
+
+    @property
+    def recording(self) -> bool:
+        """Whether the current step is recorded (always, unless `every` > 1)."""
+        return self._kind_index % self._every.get(self._kind, self._every_default) == 0
+
+    @property
+    def step_kind(self) -> str:
+        """The kind of the current step (see `step(kind=...)`)."""
+        return self._kind
+
+    def register(self, module: nn.Module, name: str = "", grad: bool = True) -> None:
+        """Record `module`'s forward output under `name` and, when `grad` is true, the
+        gradient with respect to its output(s) (plus inputs/parameters per `capture`).
+
+        Example:
+            >>> tracker.register(model[0], "first", grad=False)
+        """
+        check_module(module)
+        check_type(name, str, "name", "the module's name (str)")
+        check_bool(grad, "grad=")
+        registration = Registration(module, name, grad)
+        self._registrations.append(registration)
+        self.modules[name] = module
+        self._unregistered = False
+        if self.recording:
+            self._attach(registration)
+
+    def register_all(
+        self,
+        module: nn.Module,
+        grad: bool = True,
+        include: Pattern = None,
+        exclude: Pattern = None,
+    ) -> None:
+        """`register` every module of `module.named_modules()` whose name matches `include`
+        (or `include` is None) and does not match `exclude` (both searched with `re.search`).
+        The root's name is `""`; children have dotted names like `"0.linear"`. A module
+        held under two names is registered once, under the first; wrappers (torch.compile,
+        DDP, FSDP, activation checkpointing) are not registered, the module they wrap is,
+        under the wrapper's name: the names of the plain model (see `naming`).
+
+        Example:
+            >>> tracker.register_all(model, include=r"layers\\.\\d+$", exclude="dropout")
+        """
+        check_module(module)
+        include_re, exclude_re = check_filters(grad, include, exclude)
+        # Names as everywhere (`naming`): wrappers (compile, DDP, FSDP) left out, the
+        # module they wrap under their name; an aliased module once, by its first name.
+        names = {id(child): name for name, child in module_names(module)}
+        included = 0
+        for child in module.modules():
+            compiled = compiled_callable(child)
+            if compiled is not None:
+                self._compiled.append(compiled)  # before registering: _attach looks at it
+            name = names.get(id(child))
+            if name is None:
+                continue  # a wrapper
+            if include_re is not None and not include_re.search(name):
+                continue
+            included += 1
+            if exclude_re is not None and exclude_re.search(name):
+                continue
+            self.register(child, name, grad)
+        if not included and include_re is not None:
+            warnings.warn(
+                f"include={include_re.pattern!r} matches no module name, so nothing will be "
+                f"recorded (it is searched with re.search in the names: "
+                f"{_a_few([repr(n) for n in names.values()])})",
+                UserWarning,
+                stacklevel=_caller_level(),
+            )
+        if self._compiled and self._attached:
+            self._forget_compiled_code()
+
+    def unregister(self) -> None:
+        """Remove every hook this tracker attached and forget the registered modules; the
+        stashes stay. (Leaving a `with tracker:` block also removes the hooks, but keeps the
+        modules, for a later `with tracker:` to record them again.)"""
+        self._detach()
+        self._registrations = []
+        self._compiled = []
+        self._resume = None
+        self._unregistered = True
+
+    def log(self, name: str, value: float | Tensor) -> None:
+        """Record a scalar for the current step, e.g. the loss or the learning rate; on
+        every step, also those `every=` does not record tensors in. A tensor is kept as it
+        is (no host synchronisation now) and read when the log is.
+
+        Args:
+            name: the scalar's name.
+            value: a number or a one-element tensor.
+
+        Example:
+            >>> with track(model, stats=True) as t:
+            ...     loss = model(x).square().mean()
+            ...     t.log("loss", loss)
+            >>> [(e.step, e.name) for e in t.logged]
+            [(0, 'loss')]
+        """
+        check_type(name, str, "log(name, value): name", "a str")
+        if not name:
+            raise ArgumentValueError("log(name, value): name must be a non-empty str, got ''")
+        if isinstance(value, Tensor):
+            if value.numel() != 1:
+                raise ArgumentValueError(
+                    f"log({name!r}, value): value must hold one number, got a tensor of shape "
+                    f"{tuple(value.shape)}"
+                )
+            value = value.detach()
+        else:
+            check_type(value, (int, float), "log(name, value): value", "a number or a tensor")
+            value = float(value)
+        with self._lock:
+            self.logged.append(LogEntry(self._step, name, value, None))
+
+    def note(self, text: str) -> None:
+        """Write a note for the current step (e.g. "lr halved"); saved with the recording.
+
+        Example:
+            >>> t.note("switched to the long sequences")
+        """
+        check_type(text, str, "note(text)", "a str")
+        with self._lock:
+            self.logged.append(LogEntry(self._step, None, math.nan, text))
+
+    def clear(self) -> None:
+        """Drop all stashes (the hooks stay attached)."""
+        self.stashes.clear()
+        if self._budget is not None:
+            self._budget.clear()
+
+    def step(self, n: int | None = None, *, kind: str = "default", keep: bool = True) -> None:
+        """Advance to the next step (or to step `n`, for an x-axis of your choice such as
+        epochs or tokens seen). Later stashes carry the new `step`; call indices restart.
+        With `every=N`, hooks are attached only during every N-th step.
+
+        `step`, `log` and `note` may be called from several threads (a logging thread, a
+        callback): they take turns, and with `stream_to=` each step is written once, whole.
+        The model's hooks record from whichever thread runs it; a record made in another
+        thread while `step()` writes the step to disk is dropped, with a warning: call
+        `step()` between the model's passes.
+
+        Args:
+            n: the number of the next step (default: this one's plus 1), >= 0.
+            kind: the kind of the next step, e.g. `"long_sequence"`; with
+                `every={"default": 10, "long_sequence": 2}` each kind is recorded at its
+                own pace (every N-th step of that kind). `step_kinds` keeps the kinds.
+            keep: `False` drops what the step that ends now recorded (decide after the
+                fact, e.g. keep only steps whose loss jumped); its scalars and notes stay.
+
+        Example:
+            >>> with track(model, stats=True) as tracker:
+            ...     for batch in loader:
+            ...         loss_fn(model(batch)).backward(); opt.step(); opt.zero_grad()
+            ...         tracker.step()
+            >>> sorted(set(tracker.to_frame()["step"]))
+            [0, 1, 2]
+        """
+        if n is not None:
+            # Readers take steps as >= 0: a step -1 would pass for real records.
+            check_count(n, "step(n): n", "the next step's number", minimum=0)
+        check_type(kind, str, "step(kind=...)", "a str naming the kind of the next step")
+        if not kind:
+            raise ArgumentValueError('step(kind=...) must be a non-empty str, got ""')
+        check_bool(keep, "step(keep=...)")
+        with self._lock:
+            self._ending = self._step  # an exception from here on: the step was whole
+            self._check_nonfinite()  # forward-only loops have no end of backward
+            if not keep:
+                self._drop_step()
+            if self._flush is not None:
+                self._flush(False)
+            self._room_pending = self._keep_steps is not None  # see _make_room
+            # A gradient may still come after step(), for the calls of the step ending now.
+            self._awaiting = {
+                key: kept
+                for key, awaiting in self._awaiting.items()
+                if (kept := [a for a in awaiting if a.step == self._step])
+            }
+            self._step = self._step + 1 if n is None else n
+            self._step_count += 1
+            self._kind = kind
+            self._kind_index = self._kind_counts.get(kind, 0)
+            self._kind_counts[kind] = self._kind_index + 1
+            if kind != "default":
+                self.step_kinds[self._step] = kind
+            for registration in self._registrations:
+                registration.calls = 0
+            if self.recording and not self._attached:
+                self._attach_all()
+            elif not self.recording:
+                self._detach()
+            self._ending = None
+
+    def _mark_partial(self) -> None:
+        """Add the current step to `partial_steps` when it recorded anything."""
+        step, columns = self._step, self.stashes
+        recorded = bool(columns.step_values) and columns.step_values[-1] == step
+        logged = any(e.step == step for e in self.logged)
+        if (recorded or logged) and step not in self.partial_steps:
+            self.partial_steps.append(step)
+
+    def _drop_step(self) -> None:
+        """Drop the records of the current step (`step(keep=False)`)."""
+        columns = self.stashes
+        if columns.step_values and columns.step_values[-1] == self._step:
+            self._sync()
+            columns.drop_from(columns.step_rows[-1])
+            self._recount()
+
+    def _recount(self) -> None:
+        """Count again the bytes `max_bytes` holds against, after records were dropped."""
+        if self._budget is not None:
+            self._budget.recount(self.stashes)
+
+    def _attach_all(self) -> None:
+        for registration in self._registrations:
+            self._attach(registration)
+        if self._compiled and self._attached:
+            self._forget_compiled_code()
+
+    def _attach(self, reg: Registration) -> None:
+        if self._optimizer is not None and not self._attached:
+            self._handles.append(self._optimizer.register_step_post_hook(self._optimizer_hook))
+        if not self._attached:
+            _ACTIVE.append(self)
+        self._attached = True
+        module = reg.module
+        # Under torch.compile, Dynamo would trace the hooks (slowly, recompiling as their
+        # state changes); `untraced`, it calls them as they are. The wrapper costs a check
+        # per call, so only where Dynamo may run (torch.compile imports it; so do
+        # torch.optim's optimizers and transformers).
+        dynamo = bool(self._compiled) or "torch._dynamo" in sys.modules
+        # Statistics computed in a compiled model's graphs and handed out by `emit` (see
+        # `_graph_hook`): the outputs', and the gradients' where Dynamo traces a tensor hook
+        # on an intermediate tensor (torch >= 2.13) and no input is captured (inputs'
+        # hooks stay outside the graph, a graph break each).
+        in_graph = (
+            self._outputs
+            and bool(self._compiled)
+            and self._graph_fn is not None
+            and can_emit()
+            and (not reg.grad or (traces_gradients() and not self._inputs))
+        )
+        if in_graph:
+            hook = self._graph_hook(reg)
+            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        elif self._outputs:
+            # Otherwise one graph break per module, at the disabled hook.
+            hook = self._forward_hook(reg)
+            if dynamo:
+                hook = untraced(hook)
+            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        if in_graph and not self._inputs and self._params and reg.params:
+            if traceable_params(reg):
+                graph_pre_hook = self._graph_param_hook(reg)
+                self._handles.append(module.register_forward_pre_hook(graph_pre_hook))
+            else:
+                pre_hook = untraced(self._pre_hook(reg))
+                self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        elif self._inputs or (self._params and not in_graph):
+            pre_hook = self._pre_hook(reg)
+            if dynamo:
+                pre_hook = untraced(pre_hook)
+            self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        if self._params and reg.grad:
+            for attr, param in reg.params:
+                if param.requires_grad:
+                    self._handles.append(
+                        param.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
+                            self._param_grad_hook(reg, attr)
+                        )
+                    )
+
+    def _detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        for handle in self._grad_handles:
+            handle.remove()
+        self._handles.clear()
+        self._grad_handles.clear()
+        self._attached = False
+        self._recent_taps.clear()
+        if self._sink_open:
+            assert self._sink is not None
+            close_sink(self._sink)
+            self._sink_open = False
+        self._awaiting.clear()
+        _ACTIVE[:] = [t for t in _ACTIVE if t is not self]
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        if self._pending_copies:
+            torch.cuda.synchronize()
+            self._pending_copies = False
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the tensors in the stashes (statistics count their few numbers);
+        a copy shared by several stashes counts once."""
+        self._sync()
+        return held_nbytes(self.stashes, set())
+
+    def __len__(self) -> int:
+        return len(self.stashes)
+
+    @overload
+    def __getitem__(self, index: int) -> Stash: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Stash]: ...
+    @overload
+    def __getitem__(self, index: str) -> list[Stash]: ...
+    def __getitem__(self, index: int | slice | str) -> Stash | list[Stash]:
+        """`tracker[i]`: the i-th stash; `tracker[i:j]`: a list of them; `tracker["0.linear"]`:
+        the stashes of the module of that name, in recording order. A stash's
+        `first_value` is its tensor, forward or gradient (a gradient's `value` is a tuple).
+
+        Example:
+            >>> tracker["0"][-1].first_value.shape  # the last record of module "0"
+            torch.Size([8, 8])
+
+        Raises:
+            NotRecordedError: (a `KeyError`) no stash of a module of that name; the message
+                names close matches.
+            IndexError: `i` out of range.
+        """
+        self._sync()
+        if isinstance(index, str):
+            found = self._where(lambda site: site.name == index)
+            if found:
+                return found
+            names = list(dict.fromkeys(site.name for site in self.stashes.sites))
+            close = difflib.get_close_matches(index, names, n=5, cutoff=0.5)
+            hint = f"close matches: {close}" if close else f"recorded: {_a_few(names)}"
+            raise NotRecordedError(f"no stash of a module named {index!r}; {hint}")
+        if not isinstance(index, (int, slice)) or isinstance(index, bool):
+            check_int(index, "tracker[index]", "an int, a slice or a module name (str)")
+        return self.stashes[index]
+
+    def __iter__(self) -> Iterator[Stash]:
+        self._sync()
+        return iter(self.stashes)
+
+    def _where(
+        self, keep: Callable[[Site], bool], grad: bool | None = None, step: int | None = None
+    ) -> list[Stash]:
+        """The stashes whose site (name, class, kind, attr) `keep` accepts and, unless None,
+        whose `grad` and `step` equal these; the others are never built (see
+        `Columns.where`), so choosing a few modules of a long run is fast."""
+        self._sync()
+        return self.stashes.where(keep, grad, step)
+
+    def _steps_where(self, keep: Callable[[Site], bool]) -> list[int]:
+        """The steps at which a site `keep` accepts was recorded (see `Columns.steps_where`)."""
+        self._sync()
+        return self.stashes.steps_where(keep)
+
+    def _first_of_sites(self) -> list[Stash]:
+        """The first forward and first gradient stash of each (module, kind, attr), in
+        recording order (see `Columns.first_of_sites`)."""
+        self._sync()
+        return self.stashes.first_of_sites()
+
+    def __str__(self) -> str:
+        return f"Tracker(stashes={len(self.stashes)}, tracking={len(self._handles)})"
+
+    __repr__ = __str__
+
+    def __enter__(self: _R) -> _R:
+        """Start a `with` block. Entering again a tracker whose block ended attaches the
+        hooks to the same modules again, so that one tracker can record several runs; a
+        tracker emptied by `unregister()` (or a `MemoryBudgetError`) raises instead."""
+        if self._depth:
+            self._depth += 1
+            return self
+        if self._resume is not None:
+            (registrations, compiled), self._resume = self._resume, None
+            # Modules registered since the block ended are already attached; keep them.
+            self._registrations = registrations + self._registrations
+            self._compiled = compiled + self._compiled
+            self._unregistered = False
+            if self.recording:
+                for registration in registrations:
+                    self._attach(registration)
+                if self._compiled:
+                    self._forget_compiled_code()
+        elif self._unregistered and not self._registrations:
+            raise TrackerStateError(
+                "tensor_tracker: this tracker has no modules to track: unregister() (or a "
+                "MemoryBudgetError) removed them, so `with tracker:` would record nothing. "
+                "Register them again first (tracker.register_all(model)), or start a new "
+                "tracker with tensor_tracker.track(model)."
+            )
+        self._read_rank()  # the process group may have started after the tracker was made
+        self._recorded = False
+        self._depth = 1
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self._depth = max(self._depth - 1, 0)
+        if self._depth:
+            return
+        resume = (self._registrations, self._compiled)
+        # Not len(self.stashes): clear() drops records made in the block.
+        silent = self._attached and not self._recorded
+        unregistered = self._unregistered
+        with self._lock:
+            if exc_type is not None and self._ending != self._step:
+                self._mark_partial()
+            self._ending = None
+            self.unregister()
+            if self._flush is not None:
+                self._flush(True)
+        self._unregistered = unregistered  # by unregister() or MemoryBudgetError in the block
+        if resume[0]:
+            self._resume = resume
+        if exc_type is None and silent and dynamo_has_compiled_code():
+            warnings.warn(
+                "tensor_tracker: nothing was recorded in this `with` block. If the model ran "
+                "under torch.compile, it may have run code compiled before the hooks were "
+                "added (torch.compile does not recompile when hooks are added). Track the "
+                "compiled model itself (track(torch.compile(model))), which recompiles it, "
+                "or call torch.compiler.reset() before tracking, or track an uncompiled "
+                "model.",
+                RuntimeWarning,
+                stacklevel=2,
+            )

@@ -1,0 +1,832 @@
+"""`diagnose`: a table of what looks wrong in a recording (training pathologies)."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import itertools
+import math
+import numbers
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from .._optional import require
+from .._validate import check_int, check_number, check_type
+from ..errors import ArgumentValueError
+from ..stats import DEFAULT, PerAxis, Statistic, per_channel
+from ..stats.formats import BLOCK_FORMATS, FORMATS
+from .channels import DEFAULT_OUTLIER_RATIO, outlier_channels, table_of_frame
+from .frame import holds_copies, recording_frame, to_frame
+from .nonfinite import first_nonfinite
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["Diagnosis", "Finding", "dead_fraction", "diagnose", "diagnosis_stats"]
+
+
+def dead_fraction(x: Tensor) -> Tensor:
+    """The fraction of units of `x` that are exactly zero for every example of the batch.
+
+    Units are the last dimension (features of `[batch, features]` or `[batch, tokens,
+    features]`), or dimension 1 for 4-D and 5-D tensors (channels of images and volumes).
+    Computed on `x`'s device, as a custom statistic (see `diagnosis_stats`).
+
+    Example:
+        >>> dead_fraction(torch.tensor([[0.0, 1.0], [0.0, 2.0]]))
+        tensor(0.5000)
+    """
+    if x.dim() < 2:
+        return (x == 0).all().to(torch.float32)
+    units = x.movedim(1, -1) if x.dim() >= 4 else x
+    alive = (units != 0).reshape(-1, units.shape[-1]).any(0)
+    return 1 - alive.to(torch.float32).mean()
+
+
+diagnosis_stats: tuple[str | Statistic | PerAxis, ...] = (
+    *DEFAULT,
+    "zero_frac",
+    "fp16_overflow",
+    "fp16_underflow",
+    "bf16_overflow",
+    "bf16_underflow",
+    Statistic("dead_frac", dead_fraction),
+    per_channel("abs_max"),
+)
+"""A `stats=` spec that gives `diagnose` everything it reads from activations and gradients:
+the default statistics, the fp16/bf16 overflow and underflow fractions, `dead_frac`
+(`dead_fraction`) and the largest magnitude per channel (`per_channel("abs_max")`, for
+the outlier channels check). Add `"fp8_e4m3_overflow"` etc. to check fp8 too.
+
+Example:
+    >>> with tensor_tracker.track(model, stats=tensor_tracker.diagnosis_stats) as t:
+    ...     model(x).square().mean().backward()
+    >>> sorted(t.to_frame().columns)[:4]
+    ['abs_max', 'abs_max_per_channel', 'attr', 'bf16_overflow']
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One thing `diagnose` found.
+
+    Attributes:
+        check: which check found it (`"vanishing_gradients"`, `"exploding_gradients"`,
+            `"dead_units"`, `"saturation"`, `"fp16_overflow"`, `"fp16_underflow"`, ...,
+            `"update_size"`, `"outlier_channels"`, `"loss_spike"`, `"nonfinite"`).
+        modules: what it is about, most affected first: modules (by name, `"0"`: their
+            outputs), parameters (`"0.bias"`) or a module's inputs (`"0 input x"`); the
+            explanation says which.
+        steps: the first and last step where it was seen.
+        evidence: the numbers behind it.
+        explanation: one line saying what is wrong.
+        suggestion: one line saying what usually helps.
+    """
+
+    check: str
+    modules: tuple[str, ...]
+    steps: tuple[int, int]
+    evidence: dict[str, float | str]
+    explanation: str
+    suggestion: str
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class Diagnosis:
+    """What `diagnose` found: a sequence of `Finding` (empty when nothing looks wrong),
+    and for each check what it looked at, or why it could not run.
+
+    Attributes:
+        findings: the findings, in the order of the checks.
+        checked: check name -> what it read, or why it was skipped.
+
+    Display it in a notebook (an HTML table), `print` it, or use `to_frame()`.
+    """
+
+    findings: tuple[Finding, ...]
+    checked: dict[str, str]
+
+    def __len__(self) -> int:
+        return len(self.findings)
+
+    def __repr__(self) -> str:
+        checks = ", ".join(f.check for f in self.findings)
+        return f"Diagnosis({len(self.findings)} finding(s){': ' + checks if checks else ''})"
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(self.findings)
+
+    def __getitem__(self, index: int) -> Finding:
+        return self.findings[index]
+
+    def to_frame(self) -> pandas.DataFrame:
+        """The findings as a DataFrame, one row each (columns as `Finding`'s fields)."""
+        pd = require("pandas", "pandas")
+        fields = [f.name for f in dataclasses.fields(Finding)]
+        frame: pandas.DataFrame = pd.DataFrame(
+            [[getattr(f, name) for name in fields] for f in self.findings], columns=fields
+        )
+        return frame
+
+    def _rows(self) -> list[tuple[str, str, str, str, str]]:
+        rows = []
+        for f in self.findings:
+            modules = ", ".join(m or "<root>" for m in f.modules[:3])
+            if len(f.modules) > 3:
+                modules += f" (+{len(f.modules) - 3})"
+            steps = str(f.steps[0]) if f.steps[0] == f.steps[1] else f"{f.steps[0]}-{f.steps[1]}"
+            evidence = ", ".join(f"{k}={_fmt(v)}" for k, v in f.evidence.items())
+            rows.append((f.check, modules, steps, evidence, f"{f.explanation} {f.suggestion}"))
+        return rows
+
+    def __str__(self) -> str:
+        if not self.findings:
+            lines = ["No findings."]
+        else:
+            lines = [f"{len(self.findings)} finding(s):"]
+            for check, modules, steps, evidence, text in self._rows():
+                lines.append(f"- {check} [{modules}] steps {steps}: {text}")
+                lines.append(f"    {evidence}")
+        lines.append("Checked: " + "; ".join(f"{k}: {v}" for k, v in self.checked.items()))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        head = "".join(
+            f"<th style='text-align:left'>{h}</th>"
+            for h in ("check", "modules", "steps", "evidence", "what and what to do")
+        )
+        body = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{esc(c)}</td>" for c in row) + "</tr>"
+            for row in self._rows()
+        )
+        table = f"<table><tr>{head}</tr>{body}</table>" if self.findings else "<p>No findings.</p>"
+        checked = "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in self.checked.items())
+        return f"{table}<details><summary>checked</summary><ul>{checked}</ul></details>"
+
+
+def _fmt(value: float | str) -> str:
+    if isinstance(value, str):
+        return value
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:.3g}"
+
+
+class _Recording:
+    """The frame `diagnose` reads, with statistic columns computed from full copies when
+    the recording holds copies rather than statistics."""
+
+    def __init__(self, recording: Any) -> None:
+        self.frame, self.stashes = recording_frame(recording, "diagnose(recording)")
+        self.copies = holds_copies(self.stashes)
+
+    def column(self, name: str) -> Any:
+        """The statistic `name` per row (numpy float64), or None when it cannot be had."""
+        np = require("numpy", "pandas")
+        if name in self.frame.columns:
+            return self.frame[name].to_numpy(dtype=np.float64)
+        if not self.copies:
+            return None
+        stat: Any = dead_fraction if name == "dead_frac" else name
+        values = to_frame(self.stashes, stat=stat, stat_name=name)[name]
+        self.frame[name] = values.to_numpy(dtype=np.float64)
+        return self.frame[name].to_numpy(dtype=np.float64)
+
+
+def _step_range(steps: Any) -> tuple[int, int]:
+    return int(steps.min()), int(steps.max())
+
+
+def _leaf_names(names: Sequence[str]) -> list[str]:
+    """Names that no other name contains as a dotted prefix (leaf modules)."""
+    prefixes = {n.rsplit(".", 1)[0] for n in names if "." in n}
+    has_children = prefixes | ({""} if any(n for n in names) else set())
+    return [n for n in names if n not in has_children]
+
+
+def _check_gradients(
+    rec: _Recording, vanishing: float, exploding: float, found: list[Finding]
+) -> str:
+    np = require("numpy", "pandas")
+    frame = rec.frame
+    rms = rec.column("rms")
+    if rms is None:
+        return "skipped: needs the rms statistic (stats=True)"
+    forward = frame[(~frame["grad"]) & (frame["kind"] == "output")]
+    order = list(dict.fromkeys(forward["name"]))  # forward order of first calls
+    is_grad = (frame["grad"] & (frame["kind"] == "output")).to_numpy()
+    grads = frame[is_grad].assign(rms=rms[is_grad])
+    leaves = [n for n in _leaf_names(order) if n in set(grads["name"])]
+    if len(leaves) < 4:
+        return "skipped: fewer than 4 leaf modules with output gradients"
+    quarter = max(len(leaves) // 4, 1)
+    first, last = leaves[:quarter], leaves[-quarter:]
+    per_step = grads[grads["name"].isin(leaves)].groupby(["step", "name"])["rms"].median()
+    ratios: list[tuple[int, float, float, float]] = []
+    for step, by_name in per_step.groupby(level=0):
+        values = by_name.droplevel(0)
+        near_input = values.reindex(first).dropna()
+        near_output = values.reindex(last).dropna()
+        if len(near_input) and len(near_output):
+            lo, hi = float(near_input.median()), float(near_output.median())
+            if hi > 0 and math.isfinite(lo) and math.isfinite(hi):
+                ratios.append((int(step), lo / hi, lo, hi))
+    if not ratios:
+        return "skipped: no step with finite gradients at both ends"
+    data = np.array(ratios)
+    steps, ratio = data[:, 0], data[:, 1]
+    depth = len(leaves) - quarter
+    for check, bad, word in (
+        ("vanishing_gradients", ratio < vanishing, "shrink"),
+        ("exploding_gradients", ratio > exploding, "grow"),
+    ):
+        if not bad.any():
+            continue
+        median = float(np.median(ratio[bad]))
+        # A median of 0: every gradient at the input end is exactly 0 (dead units).
+        change = f"{1 / median if median < 1 else median:.3g}x" if median else "to exactly 0"
+        found.append(
+            Finding(
+                check,
+                (first[0], last[-1]),
+                _step_range(steps[bad]),
+                {
+                    "rms near input": float(np.median(data[bad, 2])),
+                    "rms near output": float(np.median(data[bad, 3])),
+                    "ratio": median,
+                    "per module": median ** (1 / depth),
+                    "steps": float(bad.sum()),
+                },
+                f"the gradients of module outputs {word} {change} from the output end to "
+                f"the input end of {len(leaves)} leaf modules",
+                "check the initialisation scale and activations; residual connections and "
+                "normalisation layers keep gradients at one scale"
+                + ("; clip gradients" if word == "grow" else ""),
+            )
+        )
+    return (
+        f"output-gradient rms of {quarter} leaf module(s) at each end of {len(leaves)}, "
+        f"{len(ratios)} step(s)"
+    )
+
+
+_SATURATING = {"Tanh": 1.0, "Sigmoid": 0.25}  # largest slope of each activation
+
+
+def _check_saturation(rec: _Recording, threshold: float, found: list[Finding]) -> str:
+    np = require("numpy", "pandas")
+    frame = rec.frame
+    kinds = frame["type"].str.rsplit(".", n=1).str[-1]
+    rows = (~frame["grad"]) & (frame["kind"] == "output") & kinds.isin(list(_SATURATING))
+    if not rows.any():
+        return "no Tanh or Sigmoid module outputs recorded"
+    mean, rms = rec.column("mean"), rec.column("rms")
+    if mean is None or rms is None:
+        return "skipped: needs the mean and rms statistics (stats=True)"
+    sel = rows.to_numpy()
+    kind = kinds[rows].to_numpy()
+    # Mean slope of the activation at its outputs y: tanh' = 1 - y², sigmoid' = y(1 - y);
+    # from mean(y) and mean(y²) = rms², relative to the slope at 0.
+    square = rms[sel] ** 2
+    slope = np.where(kind == "Tanh", 1 - square, (mean[sel] - square) / 0.25)
+    sub = frame[rows].assign(slope=slope)
+    modules = []
+    for name, group in sub.groupby("name", sort=False):
+        bad = group[group["slope"] < threshold]
+        if len(bad):
+            modules.append((float(bad["slope"].min()), str(name), bad))
+    if modules:
+        modules.sort()
+        steps = np.concatenate([b["step"].to_numpy() for _, _, b in modules])
+        found.append(
+            Finding(
+                "saturation",
+                tuple(name for _, name, _ in modules),
+                _step_range(steps),
+                {"mean slope (worst)": modules[0][0], "modules": float(len(modules))},
+                f"{len(modules)} Tanh/Sigmoid module(s) work near their limits: their mean "
+                f"slope is {modules[0][0]:.2g} of the slope at 0, so little gradient passes",
+                "scale down their inputs (initialisation, normalisation before them) or use "
+                "a non-saturating activation",
+            )
+        )
+    return f"mean slope at the outputs of {sub['name'].nunique()} Tanh/Sigmoid module(s)"
+
+
+def _check_dead_units(rec: _Recording, threshold: float, found: list[Finding]) -> str:
+    np = require("numpy", "pandas")
+    frame = rec.frame
+    rows = ((~frame["grad"]) & (frame["kind"] == "output")).to_numpy()
+    dead = rec.column("dead_frac")
+    if dead is None:
+        return "skipped: record with stats=tensor_tracker.diagnosis_stats (dead_frac)"
+    sub = frame[rows].assign(dead=dead[rows])
+    modules = []
+    for name, group in sub.groupby("name", sort=False):
+        bad = group[group["dead"] >= threshold]
+        if len(bad):
+            modules.append((-float(bad["dead"].max()), str(name), bad))
+    if modules:
+        modules.sort()
+        steps = np.concatenate([b["step"].to_numpy() for _, _, b in modules])
+        worst = -modules[0][0]
+        found.append(
+            Finding(
+                "dead_units",
+                tuple(name for _, name, _ in modules),
+                _step_range(steps),
+                {"dead fraction (worst)": worst, "modules": float(len(modules))},
+                f"up to {worst:.0%} of the units of {len(modules)} module(s) output zero for "
+                "every example of the batch (no gradient reaches their weights)",
+                "lower the learning rate, initialise biases slightly positive, or use "
+                "LeakyReLU/GELU",
+            )
+        )
+    return (
+        f"units that are zero for the whole batch in the outputs of {sub['name'].nunique()} "
+        "module(s)"
+    )
+
+
+# How a format finding names what it is about, per kind of record: the noun of its explanation
+# and the key of its count in the evidence. Outputs keep the module's name (the activations).
+_FORMAT_KINDS = {
+    "output": ("module(s)", "modules"),
+    "input": ("module input(s)", "inputs"),
+    "param": ("parameter(s)", "parameters"),
+    "optimizer": ("optimizer state tensor(s)", "tensors"),
+}
+
+
+def _subject(name: str, kind: str, attr: str) -> str:
+    """What a record is about, as a finding names it: an output by its module (`"0"`), a
+    parameter or optimizer state by its path (`"0.bias"`, as in `named_parameters()`),
+    anything else by module, kind and argument (`"0 input x"`, `"<root> named scores"`)."""
+    if kind == "output":
+        return name
+    if kind in ("param", "optimizer"):
+        return f"{name}.{attr}" if name else attr
+    return f"{name or '<root>'} {kind} {attr}".rstrip()
+
+
+def _block_format_text(key: str, what: str, grad: bool, count: str) -> tuple[str, str]:
+    """The explanation and suggestion of a block-format finding (`<format>_error` or
+    `<format>_underflow`, see `_format_text`)."""
+    f = BLOCK_FORMATS[key]
+    tensors = "gradients" if grad else "values"
+    smaller = "smaller blocks (stats.blocks(block_size=...) shows what they would give)"
+    if what == "error":
+        return (
+            f"{f.label} would add far more rounding noise to the {tensors} of {count} than to "
+            f"Gaussian data (relative RMS error {f.gaussian_error:.2g}): their largest values "
+            "round badly, typically values crowding just below a power of two, which the "
+            "power-of-two block scale pushes past the element format's maximum",
+            "keep these in a wider format, or use a scale rounded up from the block maximum "
+            "(torchao's RCEIL/CEIL modes) so that block maxima never saturate",
+        )
+    return (
+        f"{f.label} would flush many nonzero {tensors} of {count} to zero: they lie too far "
+        "below the largest value of their block",
+        "use a format with more exponent bits (E5M2 for gradients), scale the tensor, "
+        f"or use {smaller}",
+    )
+
+
+def _format_text(key: str, what: str, grad: bool, kind: str, count: str) -> tuple[str, str]:
+    """The explanation and suggestion of a `<format>_<what>` finding about `count` (e.g.
+    `"2 parameter(s)"`) of `kind` (their values, or their gradients with `grad`)."""
+    if key in BLOCK_FORMATS:
+        return _block_format_text(key, what, grad, count)
+    label, largest = FORMATS[key].label, FORMATS[key].max
+    tensors = "gradients" if grad else "values"
+    if what == "overflow":
+        explanation = f"{tensors} of {count} exceed the largest {label} ({largest:.4g})"
+        suggestion = (
+            "keep these in float32/bf16, or scale them down (normalisation, smaller initialisation)"
+        )
+    else:
+        explanation = (
+            f"{tensors} of {count} have values too small for {label}: in {label} "
+            "(without scaling) they would flush to zero"
+        )
+        if grad:
+            suggestion = "scale the loss (torch.amp.GradScaler)"
+        elif kind in ("param", "optimizer"):
+            # Mixed precision keeps float32 master weights: only a model cast to the format
+            # (model.half()) stores them there; a tiny bias next to O(1) outputs rarely matters.
+            suggestion = "keep parameters in float32 (torch.autocast does), or rescale them"
+        else:
+            suggestion = "keep these in float32/bf16, or rescale them"
+    return explanation, suggestion
+
+
+def _check_formats(
+    rec: _Recording,
+    formats: Sequence[str],
+    overflow: float,
+    underflow: float,
+    block_error: float,
+    found: list[Finding],
+) -> str:
+    np = require("numpy", "pandas")
+    frame = rec.frame
+    # Every recorded tensor could be stored in the format (activations, the batch, weights,
+    # optimizer state, their gradients), so every kind is read; a finding holds one kind,
+    # values or gradients, so that it says what it is about.
+    kinds = [k for k in _FORMAT_KINDS if k in set(frame["kind"])]
+    kinds += sorted(set(frame["kind"]) - set(kinds))
+    subjects = np.array(
+        [_subject(*row) for row in zip(frame["name"], frame["kind"], frame["attr"], strict=True)],
+        dtype=object,
+    )
+    looked: dict[str, list[str]] = {}
+    for key in formats:
+        checks = (("overflow", overflow), ("underflow", underflow))
+        if key in BLOCK_FORMATS:
+            checks = (("error", block_error * BLOCK_FORMATS[key].gaussian_error), checks[1])
+        for what, limit in checks:
+            values = rec.column(f"{key}_{what}")
+            source = f"{key}_{what}"
+            if values is None and what == "overflow":
+                abs_max = rec.column("abs_max")
+                if abs_max is not None:
+                    values = (abs_max > FORMATS[key].max).astype(np.float64)
+                    source = "abs_max"
+            if values is None:
+                continue
+            looked.setdefault(source, []).append(key)
+            for grad, kind in itertools.product((False, True), kinds):
+                rows = (
+                    (frame["grad"] == grad).to_numpy()
+                    & (frame["kind"] == kind).to_numpy()
+                    & (values > limit)
+                )
+                if not rows.any():
+                    continue
+                sub = frame[rows].assign(v=values[rows], subject=subjects[rows])
+                worst = sub.groupby("subject", sort=False)["v"].max().sort_values(ascending=False)
+                noun, count_key = _FORMAT_KINDS.get(kind, (f"{kind} tensor(s)", "tensors"))
+                explanation, suggestion = _format_text(
+                    key, what, grad, kind, f"{len(worst)} {noun}"
+                )
+                evidence: dict[str, float | str] = {count_key: float(len(worst))}
+                if source == "abs_max":
+                    evidence["largest abs_max"] = float(np.nanmax(rec.column("abs_max")[rows]))
+                elif what == "error":
+                    evidence["error (worst)"] = float(worst.iloc[0])
+                    evidence["threshold"] = limit
+                else:
+                    evidence[f"{what} fraction (worst)"] = float(worst.iloc[0])
+                if key in BLOCK_FORMATS:
+                    # Where to look: the worst module's worst steps.
+                    top = sub[sub["subject"] == worst.index[0]].sort_values("v", ascending=False)
+                    evidence["worst steps"] = ", ".join(
+                        str(s) for s in dict.fromkeys(int(s) for s in top["step"][:8])
+                    )
+                found.append(
+                    Finding(
+                        f"{key}_{what}",
+                        tuple(str(n) for n in worst.index),
+                        _step_range(sub["step"]),
+                        evidence,
+                        explanation,
+                        suggestion,
+                    )
+                )
+    if not looked:
+        return "skipped: needs format statistics (stats=tensor_tracker.diagnosis_stats)"
+    read = ", ".join(
+        f"{source} (for {', '.join(keys)})" if source == "abs_max" else source
+        for source, keys in looked.items()
+    )
+    return f"read {read} of the records of kind {', '.join(kinds)} and their gradients"
+
+
+def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding]) -> str:
+    np = require("numpy", "pandas")
+    frame = rec.frame
+    rows = frame.index[(frame["kind"] == "param") & (~frame["grad"])]
+    if not len(rows):
+        return "skipped: no parameters recorded (track(..., capture=('outputs', 'params')))"
+    if not rec.copies:
+        return (
+            "skipped: parameters recorded as statistics; updates need copies "
+            "(capture='params' without stats=)"
+        )
+    by_param: dict[tuple[str, str], list[tuple[int, Tensor]]] = {}
+    names, attrs, steps = (frame[c].to_numpy() for c in ("name", "attr", "step"))
+    for row in rows:
+        value = rec.stashes[int(row)].value
+        if isinstance(value, Tensor):
+            key = (str(names[row]), str(attrs[row]))
+            by_param.setdefault(key, []).append((int(steps[row]), value))
+    ratios: list[tuple[float, str, int]] = []
+    for (name, attr), history in by_param.items():
+        for (step, before), (_, after) in itertools.pairwise(history):
+            size = float(before.double().square().mean().sqrt())
+            if size > 0:
+                change = float((after.double() - before.double()).square().mean().sqrt())
+                ratios.append((change / size, _subject(name, "param", attr), step))
+    if not ratios:
+        return "skipped: parameters recorded in fewer than two steps"
+    data = np.array([r[0] for r in ratios])
+    for too_small in (True, False):
+        bad = [r for r in ratios if (r[0] < low if too_small else r[0] > high)]
+        if not bad:
+            continue
+        params = list(dict.fromkeys(r[1] for r in sorted(bad, key=lambda r: r[0])))
+        value = float(np.median([r[0] for r in bad]))
+        found.append(
+            Finding(
+                "update_size",
+                tuple(params),
+                (min(r[2] for r in bad), max(r[2] for r in bad)),
+                {"update/parameter rms (median)": value, "parameters": float(len(params))},
+                f"{len(params)} parameter(s) change by {value:.2g} of their size per step, "
+                f"{'far below' if too_small else 'far above'} the usual ~1e-3",
+                "raise the learning rate (or check these parameters get gradients)"
+                if too_small
+                else "lower the learning rate or add warm-up",
+            )
+        )
+    return f"{len(ratios)} update(s) of {len(by_param)} parameter(s), median {np.median(data):.2g}"
+
+
+def _check_outlier_channels(rec: _Recording, k: float, found: list[Finding]) -> str:
+    column = "abs_max_per_channel"
+    if column not in rec.frame.columns and not rec.copies:
+        return (
+            "skipped: no abs_max per channel recorded (add "
+            "tensor_tracker.stats.per_channel('abs_max') to stats=, or keep full copies)"
+        )
+    table = table_of_frame(rec.frame, rec.stashes, column, False, "output")
+    if not table.modules:
+        return "skipped: no module output has channels"
+    for o in outlier_channels(table, k):
+        channels = ", ".join(map(str, o.channels[:20]))
+        if len(o.channels) > 20:
+            channels += f" (+{len(o.channels) - 20})"
+        steps = ", ".join(map(str, o.steps[:20])) + (" ..." if len(o.steps) > 20 else "")
+        found.append(
+            Finding(
+                "outlier_channels",
+                (o.module,),
+                (o.steps[0], o.steps[-1]),
+                {
+                    "channels": channels,
+                    "abs_max / median channel": o.ratio,
+                    "median channel abs_max": o.median,
+                    "steps": steps,
+                },
+                f"{len(o.channels)} channel(s) of {o.module or '<root>'}'s output reach "
+                f"{o.ratio:.3g} times its median channel (over {k:g})",
+                "a per-tensor scale fits these channels and crushes the others: keep them "
+                "in higher precision or scale per channel (LLM.int8-style decomposition, "
+                "SmoothQuant), or look at what writes them (a LayerNorm gain, a bias)",
+            )
+        )
+    return (
+        f"abs_max per channel of {len(table.modules)} module output(s), outliers above "
+        f"{k:g}x the median channel"
+    )
+
+
+def _check_loss_values(loss: Any) -> None:
+    """`loss` must be numbers (a list, or `{step: value}` with int steps)."""
+    what = "the loss per step: a list of numbers or {step: number}"
+    if isinstance(loss, (str, bytes)) or not isinstance(loss, (Sequence, Mapping)):
+        check_type(loss, (list, tuple, dict), "diagnose(loss=...)", what)
+    items = loss.items() if isinstance(loss, Mapping) else enumerate(loss)
+    for step, value in items:
+        check_int(step, "diagnose(loss=...) step", f"an int step ({what})")
+        if not isinstance(value, (numbers.Real, Tensor)) or isinstance(value, bool):
+            check_type(value, float, "diagnose(loss=...) value", f"a number ({what})")
+
+
+def _check_loss(
+    loss: Sequence[float] | Mapping[int, float], spike: float, found: list[Finding]
+) -> str:
+    np = require("numpy", "pandas")
+    items = sorted(loss.items()) if isinstance(loss, Mapping) else list(enumerate(loss))
+    steps = np.array([s for s, _ in items], dtype=np.int64)
+    values = np.array([float(v) for _, v in items], dtype=np.float64)
+    window = 20
+    spikes: list[tuple[int, float, float]] = []
+    for i in range(5, len(values)):
+        past = values[max(0, i - window) : i]
+        past = past[np.isfinite(past)]
+        if len(past) < 5:
+            continue
+        centre = float(np.median(past))
+        spread = 1.4826 * float(np.median(np.abs(past - centre)))  # robust std
+        scale = max(spread, 1e-3 * abs(centre), 1e-12)
+        if not math.isfinite(values[i]) or values[i] > centre + spike * scale:
+            spikes.append((int(steps[i]), float(values[i]), centre))
+    if spikes:
+        # The largest finite jump (a NaN loss is a spike too, but not the largest one).
+        worst = max(spikes, key=lambda s: s[1] - s[2] if math.isfinite(s[1]) else -math.inf)
+        found.append(
+            Finding(
+                "loss_spike",
+                (),
+                (spikes[0][0], spikes[-1][0]),
+                {
+                    "spikes": float(len(spikes)),
+                    "worst step": float(worst[0]),
+                    "loss there": worst[1],
+                    "median before": worst[2],
+                },
+                f"the loss jumped above its recent level at {len(spikes)} step(s)",
+                "look at the gradients of the step before (first_nonfinite, the scale "
+                "plot); lower the learning rate, clip gradients, or add warm-up",
+            )
+        )
+    return f"{len(values)} loss value(s), spikes over {spike:g} robust std above the median"
+
+
+def diagnose(
+    recording: Any,
+    *,
+    loss: Sequence[float] | Mapping[int, float] | None = None,
+    vanishing: float = 1e-3,
+    exploding: float = 1e3,
+    dead: float = 0.25,
+    saturation: float = 0.1,
+    formats: Sequence[str] = ("fp16", "bf16"),
+    overflow: float = 0.0,
+    underflow: float = 0.1,
+    block_error: float = 2.0,
+    update_size: tuple[float, float] = (1e-5, 1e-1),
+    spike: float = 6.0,
+    outlier_ratio: float = DEFAULT_OUTLIER_RATIO,
+) -> Diagnosis:
+    """Look for the usual training pathologies in a recording; return a table of findings.
+
+    Each `Finding` names what it is about (modules, parameters such as `"0.bias"`, or
+    inputs such as `"0 input x"`), the steps, the numbers behind it, what is wrong and what
+    usually helps. Checks (each uses what the recording has; `Diagnosis.checked` says what
+    each one read, or why it was skipped):
+
+    - `nonfinite`: the first NaN/inf and where it appeared (`first_nonfinite`), in any
+      record.
+    - `vanishing_gradients` / `exploding_gradients`: the rms of the gradients of the outputs
+      of the leaf modules nearest the input against those nearest the output (a quarter of
+      them each, in forward order), per step: a ratio below `vanishing` or above
+      `exploding`. Output gradients only: they are what the backward passes from layer to
+      layer (an input's gradient is the previous module's output gradient, and a
+      parameter's also scales with its layer's inputs).
+    - `dead_units`: modules where at least a fraction `dead` of the units of their output
+      are zero for the whole batch (statistic `dead_frac` of `diagnosis_stats`, or full
+      copies). Outputs only: a zero in a parameter or in the batch is no dead unit.
+    - `saturation`: `nn.Tanh`/`nn.Sigmoid` outputs whose mean slope (from `mean` and `rms`)
+      is below `saturation` of the slope at 0.
+    - `<format>_overflow` / `<format>_underflow` for each of `formats`: values or gradients
+      above the format's largest value (fraction above `overflow`, or `abs_max` when the
+      fractions were not recorded) or flushing to zero (fraction above `underflow`). Every
+      record is read (outputs, inputs, parameters, their gradients): one finding per kind,
+      values or gradients, naming the module (its outputs), the parameter or the input.
+      For a block-scaled format (a key of `tensor_tracker.formats.BLOCK_FORMATS`, e.g.
+      `"mxfp8_e4m3"`, `"nvfp4"`; record its `<format>_error` and `<format>_underflow`
+      statistics, or full copies): `<format>_error` when the relative RMS quantization
+      error passes `block_error` times the format's error on Gaussian data
+      (`BlockFormat.gaussian_error`: the rounding floor every tensor pays; heavy tails and
+      outliers stay within 1.5x of it, as the largest values dominate the error, while
+      values saturating under the power-of-two scale, e.g. tanh outputs near ±0.99, reach
+      3x in MXFP8 E4M3, hence the default 2), and `<format>_underflow` when the
+      fraction of nonzero values flushed to zero passes `underflow` (10% by default:
+      MXFP4 flushes 9% of Gaussian data, the 8-bit formats none). Their evidence names
+      the worst steps of the worst module.
+    - `update_size`: with parameters recorded as copies (`capture=("outputs", "params")`,
+      no `stats=`), `rms(change) / rms(parameter)` between recorded steps outside
+      `update_size` (the usual value is ~1e-3), naming the parameters.
+    - `outlier_channels`: module outputs with a channel whose `abs_max` passes
+      `outlier_ratio` times the median channel of the same module at the same step (record
+      `tensor_tracker.stats.per_channel("abs_max")`, as `diagnosis_stats` does, or full
+      copies; channels are `tensor_tracker.stats.channel_dim`'s: dimension 1 of a CNN's
+      4-D outputs, else the last), one finding per module naming the channels and the
+      steps, in forward order: a channel carried by a residual stream shows in every
+      module after the one that writes it, so the first finding is where it appears (see
+      `tensor_tracker._data.channels.DEFAULT_OUTLIER_RATIO` for why 10: Gaussian channels
+      stay under 7, the outlier features of LLM.int8 and massive activations are 20 to
+      10,000 times).
+    - `loss_spike`, given `loss=` (a value per step, a list or `{step: value}`): a value
+      more than `spike` robust standard deviations above the median of the 20 before it
+      (or not finite).
+
+    Args:
+        recording: a `Tracker` or a list of `Stash`, with statistics (best:
+            `stats=tensor_tracker.diagnosis_stats`) or full copies.
+        loss: the loss per step, for the spike check.
+        vanishing, exploding: gradient ratio thresholds (input end / output end).
+        dead: fraction of dead units from which a module is reported.
+        saturation: mean slope (relative to the slope at 0) below which a module is
+            reported.
+        formats: keys of `tensor_tracker.formats.FORMATS` or `BLOCK_FORMATS` to check.
+        overflow, underflow: fractions of values above which a module is reported.
+        block_error: for block formats, the multiple of the format's error on Gaussian
+            data above which a module is reported.
+        update_size: `(low, high)` bounds of the update-to-parameter rms ratio.
+        spike: robust standard deviations for a loss spike.
+        outlier_ratio: `k` of the outlier channels check: a channel's `abs_max` over its
+            module's median channel above which it is reported (above 1).
+
+    Returns:
+        A `Diagnosis`: findings (empty when nothing looks wrong) and what was checked.
+
+    Raises:
+        TypeError: `recording` is not a tracker or a list of stashes, or an argument is
+            not a number (`loss=` not numbers per step).
+        ValueError: an unknown format, a fraction (`dead`, `saturation`, `overflow`,
+            `underflow`) outside [0, 1], thresholds out of order.
+
+    Example:
+        >>> with tensor_tracker.track(model, stats=tensor_tracker.diagnosis_stats) as t:
+        ...     for step in range(3):
+        ...         model(x).square().mean().backward()
+        ...         t.step()
+        >>> diagnosis = tensor_tracker.diagnose(t)  # a table in a notebook
+        >>> print(diagnosis)  # doctest: +ELLIPSIS
+        No findings.
+        Checked: nonfinite: the min/max (or nonfinite, sum) of every recorded tensor; ...
+    """
+    if isinstance(formats, str) or not isinstance(formats, Sequence):
+        check_type(formats, (list, tuple), "diagnose(formats=...)", "a list of format keys")
+    for key in formats:
+        if key not in FORMATS and key not in BLOCK_FORMATS:
+            raise ArgumentValueError(
+                f"diagnose: formats= holds {key!r}; use keys of FORMATS: {list(FORMATS)} "
+                f"or of BLOCK_FORMATS: {list(BLOCK_FORMATS)}"
+            )
+    check_number(
+        vanishing,
+        "diagnose(vanishing=...)",
+        "a gradient ratio",
+        low=0,
+        high=1,
+        open_low=True,
+        open_high=True,
+    )
+    check_number(exploding, "diagnose(exploding=...)", "a gradient ratio", low=1, open_low=True)
+    fraction = "a fraction of values"
+    check_number(dead, "diagnose(dead=...)", "a fraction of units", low=0, high=1)
+    check_number(saturation, "diagnose(saturation=...)", "a relative slope", low=0, high=1)
+    check_number(overflow, "diagnose(overflow=...)", fraction, low=0, high=1)
+    check_number(underflow, "diagnose(underflow=...)", fraction, low=0, high=1)
+    check_number(spike, "diagnose(spike=...)", "robust standard deviations", low=0, open_low=True)
+    check_number(block_error, "diagnose(block_error=...)", "a relative error", low=0, open_low=True)
+    check_number(
+        outlier_ratio,
+        "diagnose(outlier_ratio=...)",
+        "a ratio to the median channel",
+        low=1,
+        open_low=True,
+    )
+    check_type(update_size, (tuple, list), "diagnose(update_size=...)", "(low, high)")
+    if len(update_size) != 2:
+        raise ArgumentValueError(
+            f"diagnose(update_size=...) must be (low, high), got {update_size!r}"
+        )
+    low = check_number(update_size[0], "diagnose(update_size=...) low", "an rms ratio", low=0)
+    high = check_number(update_size[1], "diagnose(update_size=...) high", "an rms ratio", low=0)
+    if not low < high:
+        raise ArgumentValueError(
+            f"diagnose(update_size=...) must be (low, high) with 0 <= low < high, got {update_size!r}"
+        )
+    if loss is not None:
+        _check_loss_values(loss)
+    rec = _Recording(recording)
+    found: list[Finding] = []
+    checked: dict[str, str] = {}
+    if len(rec.frame) == 0:
+        return Diagnosis((), {"all": "skipped: nothing was recorded"})
+    try:
+        origin = first_nonfinite(recording)
+    except KeyError as error:
+        checked["nonfinite"] = f"skipped: {error.args[0]}"
+    else:
+        checked["nonfinite"] = "the min/max (or nonfinite, sum) of every recorded tensor"
+        if origin is not None:
+            found.append(
+                Finding(
+                    "nonfinite",
+                    (origin.name,),
+                    (origin.step, origin.step),
+                    {"seen in": f"{origin.seen_in[1]} of {origin.seen_in[0] or '<root>'}"},
+                    origin.explanation,
+                    "fix that operation (first_nonfinite(t).evidence has its statistics); "
+                    "arm track(..., on_nonfinite='raise') to stop there",
+                )
+            )
+    checked["gradients"] = _check_gradients(rec, vanishing, exploding, found)
+    checked["dead_units"] = _check_dead_units(rec, dead, found)
+    checked["saturation"] = _check_saturation(rec, saturation, found)
+    checked["formats"] = _check_formats(rec, formats, overflow, underflow, block_error, found)
+    checked["update_size"] = _check_updates(rec, update_size[0], update_size[1], found)
+    checked["outlier_channels"] = _check_outlier_channels(rec, outlier_ratio, found)
+    if loss is not None:
+        checked["loss"] = _check_loss(loss, spike, found)
+    return Diagnosis(tuple(found), checked)
