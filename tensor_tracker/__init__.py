@@ -8,15 +8,26 @@ with tensor_tracker.track(model) as t:
 t.to_frame()   # one row per module output / gradient
 ```
 
-Where things live, in layers that import only downwards:
-- `tensor_tracker.track`, `tensor_tracker.Tracker`: the entry points (`api`);
-  `tensor_tracker.compare`, `tensor_tracker.compare_models`: where two runs differ;
-  `tensor_tracker.sample_values`, `sample_stats`: one batch item's values, the outlier sample.
-- `core`: recording (hooks, `Stash`, `Event`); torch only.
-- `stats`: statistics computed on the device (`track(model, stats=True)`).
-- `data`: tables and selections of what was recorded (`to_frame`); no plotting library.
-- `plot`: matplotlib figures; `widgets`: notebook viewers; `export`: the HTML report,
-  TensorBoard and wandb; `integrations`: training loops.
+What a notebook imports (every other module is private, `_`-prefixed):
+- `tensor_tracker.track`, `tensor_tracker.Tracker`: the entry points; `load` reads a saved
+  or streamed recording; `stash` records a tensor by name (e.g. inside a `forward`).
+- `compare`, `compare_models`: where two runs differ; `diagnose`: what looks wrong;
+  `first_nonfinite`: where a NaN or infinity appeared; `sample_values`, `sample_stats`: one
+  batch item's values, the outlier sample; `to_frame`: a table of stashes.
+- `summary`, `module_graph`, `autograd_graph`, `graph_view`, `report`: the model's layers,
+  its graphs, an HTML page of a recording.
+- `tensor_tracker.stats`: statistics computed on the device (`track(model, stats=True)`);
+  `plot`: matplotlib figures; `widgets`: notebook viewers; `export`: the HTML report,
+  TensorBoard and wandb; `integrations`: training loops; `errors`: the exceptions;
+  `formats` (`tensor_tracker.stats.formats`): the limits of fp16, bf16, fp8 and MX formats.
+
+Constants and types (no docstring of their own):
+- `Kind`: what a stash holds, `Stash.kind`: `"output"`, `"input"`, `"param"`,
+  `"optimizer"`, or for `stash(...)`: `"named"`, `"target"`, `"loss"`, `"helper"`.
+- `StashFn`: a function from an `Event` to a `Stash`, for `track(model, stash=...)`.
+- `StashValueFn`: a function from each recorded tensor to what to keep of it, for
+  `track(model, stash_value=...)` (it gets the live tensor: detach it).
+- `diagnosis_stats`: the statistics `diagnose` reads, `track(model, stats=diagnosis_stats)`.
 """
 
 # Submodules, so that `tensor_tracker.plot.scale_plot(t)` works after `import tensor_tracker`;

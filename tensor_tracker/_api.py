@@ -410,8 +410,14 @@ def load(
             warning naming them.
 
     Example:
-        >>> t = tensor_tracker.load("runs/today")   # doctest: +SKIP
-        >>> t.to_frame()                             # doctest: +SKIP
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp()) / "run"
+        >>> with tensor_tracker.track(model, stats=True, stream_to=folder) as t:
+        ...     for batch in loader:
+        ...         model(batch).sum().backward(); t.step()
+        >>> run = tensor_tracker.load(folder)   # also while the run is still writing it
+        >>> len(run), sorted({s.step for s in run})
+        (24, [0, 1, 2])
         >>> t = tensor_tracker.load("runs/huge", max_memory=64 * 2**30)  # doctest: +SKIP
     """
     check_path(path, "load(path)", "a recording's directory")
@@ -603,6 +609,18 @@ def track(
             options combined with a custom `stash`/`stash_value`, an unknown statistic, or
             `on_nonfinite=` without the statistics it reads.
         Nothing is attached to the model when an argument is rejected.
+
+    Example:
+        >>> with tensor_tracker.track(model) as t:
+        ...     model(x).sum().backward()
+        >>> [(s.name, s.grad) for s in t][:4]   # forward, children first, then the gradients
+        [('0', False), ('1', False), ('2', False), ('', False)]
+        >>> with tensor_tracker.track(model, stats=True, include="^[02]$") as t:
+        ...     for batch in loader:
+        ...         loss_fn(model(batch)).backward(); opt.step(); opt.zero_grad()
+        ...         t.step()
+        >>> t.to_frame()[["name", "grad", "step"]].drop_duplicates("step").values.tolist()
+        [['0', False, 0], ['0', False, 1], ['0', False, 2]]
     """
     check_module(module)
     options = Options.of(locals())  # every option above, by name; checked here

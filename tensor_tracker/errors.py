@@ -48,35 +48,95 @@ __all__ = [
 
 
 class TensorTrackerError(Exception):
-    """The base of every exception tensor_tracker raises on purpose."""
+    """The base of every exception tensor_tracker raises on purpose.
+
+    Example:
+        >>> try:
+        ...     tensor_tracker.track(model, every=0)
+        ... except TensorTrackerError as error:   # any error the library raises on purpose
+        ...     print(type(error).__name__)
+        ArgumentValueError
+    """
 
 
 class ArgumentTypeError(TensorTrackerError, TypeError):
-    """An argument has the wrong type; the message names the argument and what it takes."""
+    """An argument has the wrong type; the message names the argument and what it takes.
+
+    Example:
+        >>> try:
+        ...     tensor_tracker.track("model")
+        ... except ArgumentTypeError as error:   # also a TypeError
+        ...     print(error)
+        module must be a torch.nn.Module (the model to track), got 'model'
+    """
 
 
 class ArgumentValueError(TensorTrackerError, ValueError):
-    """An argument has a value the function cannot use; the message names the argument."""
+    """An argument has a value the function cannot use; the message names the argument.
+
+    Example:
+        >>> try:
+        ...     tensor_tracker.track(model, include="(")
+        ... except ArgumentValueError as error:   # also a ValueError
+        ...     print(error)
+        include='(' is not a valid regular expression: missing ), unterminated subpattern at position 0
+    """
 
 
 class MemoryBudgetError(TensorTrackerError, RuntimeError):
     """The stashes would exceed `max_bytes`; the hooks are removed first and everything
-    stashed so far is kept."""
+    stashed so far is kept.
+
+    Example:
+        >>> try:
+        ...     with tensor_tracker.track(model, max_bytes=1000) as t:
+        ...         model(x).sum().backward()
+        ... except MemoryBudgetError:
+        ...     print(f"{len(t)} stashes kept, {t.nbytes} bytes")
+        6 stashes kept, 768 bytes
+    """
 
 
 class NotRecordedError(TensorTrackerError, KeyError):
-    """A statistic, column or value was asked for that the recording does not hold."""
+    """A statistic, column or value was asked for that the recording does not hold.
+
+    Example:
+        >>> try:
+        ...     tracker["00"]
+        ... except NotRecordedError as error:   # also a KeyError
+        ...     print(error)
+        no stash of a module named '00'; close matches: ['0']
+    """
 
     def __str__(self) -> str:  # KeyError quotes its message; show it as written
         return str(self.args[0]) if self.args else ""
 
 
 class MissingExtraError(TensorTrackerError, ImportError):
-    """An optional dependency is not installed; the message says what to install."""
+    """An optional dependency is not installed; the message says what to install.
+
+    Example:
+        >>> try:
+        ...     frame = tracker.to_frame()
+        ... except MissingExtraError as error:   # pandas is missing: print(error) says how
+        ...     frame = None                     # to install it; also an ImportError
+        >>> issubclass(MissingExtraError, ImportError)
+        True
+    """
 
 
 class TrackerStateError(TensorTrackerError, RuntimeError):
-    """The call cannot work in the object's current state; the message says what to do."""
+    """The call cannot work in the object's current state; the message says what to do.
+
+    Example:
+        >>> tracker.unregister()   # the hooks are gone for good
+        >>> try:
+        ...     with tracker:
+        ...         model(x)
+        ... except TrackerStateError as error:   # also a RuntimeError
+        ...     print(error)  # doctest: +ELLIPSIS
+        tensor_tracker: this tracker has no modules to track: unregister() ... removed them, ...
+    """
 
 
 class NonFiniteError(TensorTrackerError, FloatingPointError):
@@ -85,6 +145,14 @@ class NonFiniteError(TensorTrackerError, FloatingPointError):
 
     Attributes:
         found: the `tensor_tracker.NonFinite` describing where it appeared.
+
+    Example:
+        >>> try:
+        ...     with tensor_tracker.track(model, stats=True, on_nonfinite="raise") as t:
+        ...         model(x * float("inf")).sum().backward()
+        ... except NonFiniteError as error:   # also a FloatingPointError
+        ...     print(error.found.name, error.found.grad, error.found.step, len(t))
+        0 False 0 8
     """
 
     def __init__(self, message: str, found: object) -> None:
@@ -95,7 +163,16 @@ class NonFiniteError(TensorTrackerError, FloatingPointError):
 class RecordingError(TensorTrackerError, ValueError):
     """A recording on disk cannot be read as asked: not a recording, written by a newer
     version, or a truncated or corrupted file (the message names the file and what could be
-    read)."""
+    read).
+
+    Example:
+        >>> import tempfile
+        >>> try:
+        ...     tensor_tracker.load(tempfile.mkdtemp())   # an empty directory
+        ... except RecordingError as error:   # also a ValueError
+        ...     print(error)  # doctest: +ELLIPSIS
+        /... is not a tensor_tracker recording (no recording.json)
+    """
 
 
 class FileWriteError(TensorTrackerError, OSError):
@@ -104,6 +181,15 @@ class FileWriteError(TensorTrackerError, OSError):
     never written through, a FIFO never opened in a way that could block), or the file
     system refused (read-only, full, a file-size limit). The message names the file, what
     happened and what to do; `errno` is the operating system's code when there is one.
+
+    Example:
+        >>> import tempfile
+        >>> view = tensor_tracker.graph_view(tensor_tracker.module_graph(model, x))
+        >>> try:
+        ...     view.save(tempfile.mkdtemp())   # a directory, not a file name
+        ... except FileWriteError as error:   # also an OSError
+        ...     print(error)  # doctest: +ELLIPSIS
+        GraphView.save(path): /... is a directory; ... remove it or choose another path
     """
 
     def __init__(self, message: str, code: int | None = None) -> None:

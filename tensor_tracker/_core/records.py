@@ -45,6 +45,15 @@ class Event:
         kind: `"output"`, `"input"`, `"param"` or `"optimizer"` (see `Kind`).
         attr: which input argument, parameter, or `"param.state"` optimizer entry; `""` for outputs.
         training: the module's `training` flag at the time.
+
+    Example:
+        >>> def keep_shape(event: tensor_tracker.Event) -> tensor_tracker.Stash:
+        ...     # a custom `stash=`: keep each tensor's shape, not the tensor
+        ...     return tensor_tracker.default_stash(event, lambda t: t.shape)
+        >>> with track(model, stash=keep_shape) as t:
+        ...     model(x).sum().backward()
+        >>> [(s.name, s.value) for s in t][:2]
+        [('0', torch.Size([8, 8])), ('1', torch.Size([8, 8]))]
     """
 
     name: str
@@ -142,6 +151,15 @@ class LogEntry:
         name: the scalar's name (`None` for a note).
         value: the scalar (a float, or a 0-d tensor not read yet; NaN for a note).
         text: the note (`None` for a scalar).
+
+    Example:
+        >>> with track(model, stats=True) as t:
+        ...     t.log("loss", model(x).square().mean())
+        ...     t.note("lr halved")
+        >>> [(e.step, e.name, e.text) for e in t.logged]
+        [(0, 'loss', None), (0, None, 'lr halved')]
+        >>> round(float(t.logged[0].value), 4)
+        0.1009
     """
 
     step: int

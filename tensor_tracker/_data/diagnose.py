@@ -84,6 +84,17 @@ class Finding:
         evidence: the numbers behind it.
         explanation: one line saying what is wrong.
         suggestion: one line saying what usually helps.
+
+    Example:
+        >>> with torch.no_grad():
+        ...     _ = model[0].bias.fill_(-100.0)   # every unit of the ReLU after it dies
+        >>> with tensor_tracker.track(model, stats=tensor_tracker.diagnosis_stats) as t:
+        ...     model(x).square().mean().backward()
+        >>> finding = tensor_tracker.diagnose(t)[0]
+        >>> finding.check, finding.modules, finding.steps
+        ('dead_units', ('1',), (0, 0))
+        >>> finding.suggestion
+        'lower the learning rate, initialise biases slightly positive, or use LeakyReLU/GELU'
     """
 
     check: str
@@ -104,6 +115,17 @@ class Diagnosis:
         checked: check name -> what it read, or why it was skipped.
 
     Display it in a notebook (an HTML table), `print` it, or use `to_frame()`.
+
+    Example:
+        >>> with torch.no_grad():
+        ...     _ = model[0].bias.fill_(-100.0)   # every unit of the ReLU after it dies
+        >>> with tensor_tracker.track(model, stats=tensor_tracker.diagnosis_stats) as t:
+        ...     model(x).square().mean().backward()
+        >>> diagnosis = tensor_tracker.diagnose(t)
+        >>> [finding.check for finding in diagnosis]
+        ['dead_units']
+        >>> diagnosis.checked["saturation"]
+        'no Tanh or Sigmoid module outputs recorded'
     """
 
     findings: tuple[Finding, ...]

@@ -211,6 +211,11 @@ def to_frame(
         stat_name: the name of that column.
         stats_names: statistic columns to include even when no stash holds them (a
             `stats=` tracker passes its statistics, so an empty frame has their columns).
+
+    Example:
+        >>> frame = tensor_tracker.to_frame(tracker["0"], stat=torch.max, stat_name="max")
+        >>> frame[["name", "grad", "max"]].round(3).values.tolist()
+        [['0', False, 1.208], ['0', True, 0.324]]
     """
     if stat_name is not None:
         check_type(stat_name, str, "to_frame(stat_name=...)", "a column name (str) or None")

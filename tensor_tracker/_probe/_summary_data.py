@@ -59,6 +59,12 @@ class ModuleCall:
             included); `None` on the CPU.
         output_nonfinite, grad_output_nonfinite, grad_input_nonfinite: whether any of
             those tensors held a NaN or an infinity.
+
+    Example:
+        >>> s = tensor_tracker.summary(model, x)
+        >>> call = s.calls[1]   # the first Linear (calls[0] is the model's own)
+        >>> call.name, call.depth, call.output_shapes, call.grad_output_shapes, call.params
+        ('0', 1, [(8, 8)], [(8, 8)], 136)
     """
 
     name: str
@@ -125,6 +131,13 @@ class Summary:
             allocated before it (`None` on the CPU).
         not_recorded: why shapes, dtypes and bytes are missing (a tracker that kept
             statistics, not tensors), shown in the table; `None` when they are there.
+
+    Example:
+        >>> s = tensor_tracker.summary(model, x)
+        >>> s.total_params, [c.name for c in s.calls], s.timing
+        (172, ['', '0', '1', '2'], 'wall clock')
+        >>> s.to_frame()[["name", "output_shapes", "params"]].values.tolist()[1]
+        ['0', [(8, 8)], 136]
     """
 
     def __init__(

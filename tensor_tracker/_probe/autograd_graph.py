@@ -73,6 +73,13 @@ class AutogradGraph:
 
     Attributes:
         nodes: `OpNode`s by id; `edges`: `GraphEdge`s in the direction data flows.
+
+    Example:
+        >>> ops = tensor_tracker.autograd_graph(model, x)
+        >>> sorted(n.label for n in ops.nodes.values() if n.kind == "op")
+        ['Addmm', 'Addmm', 'Relu', 'T', 'T']
+        >>> ops.to_dot().startswith("digraph")   # for Graphviz; `to_svg()` for a notebook
+        True
     """
 
     def __init__(

@@ -82,6 +82,15 @@ class ModuleGraph:
 
     Use `level(id)` for one level's nodes, edges and layout, `to_svg`, `to_dot`, `to_dict`;
     `tensor_tracker.plot.module_graph(graph)` for a matplotlib figure (PNG, PDF).
+
+    Example:
+        >>> graph = tensor_tracker.module_graph(model, x)
+        >>> graph
+        ModuleGraph(4 module calls, 1 levels, root '<model>#0')
+        >>> graph.nodes["0#0"].inputs, graph.nodes["0#0"].outputs
+        (['[8, 16] float32'], ['[8, 8] float32'])
+        >>> graph.to_svg().startswith("<svg")   # or show `graph` itself in a notebook
+        True
     """
 
     def __init__(self, nodes: dict[str, GraphNode], root: str) -> None:

@@ -296,7 +296,10 @@ def report(
             (never written through), or cannot be written (read-only, full disk).
 
     Example:
-        >>> tensor_tracker.report(t, "run.html")  # doctest: +SKIP
+        >>> import tempfile, pathlib
+        >>> path = tensor_tracker.report(tracker, pathlib.Path(tempfile.mkdtemp()) / "run.html")
+        >>> path.name, path.read_text().startswith("<!doctype html>")   # open it in a browser
+        ('run.html', True)
     """
     path = Path(check_path(path, "report(recording, path): path", "an HTML file path"))
     if title is not None:

@@ -52,7 +52,14 @@ def to_tensorboard(recording: Any, logdir: str | os.PathLike[str]) -> None:
         TypeError: `recording` is not a tracker.
 
     Example:
-        >>> tensor_tracker.export.to_tensorboard(t, "runs/tb")  # doctest: +SKIP
+        >>> import tempfile, pathlib
+        >>> logdir = pathlib.Path(tempfile.mkdtemp()) / "tb"   # `tensorboard --logdir` it
+        >>> with tensor_tracker.track(model, stats=True) as t:
+        ...     for batch in loader:
+        ...         model(batch).sum().backward(); t.step()
+        >>> tensor_tracker.export.to_tensorboard(t, logdir)
+        >>> [path.name.startswith("events.out.tfevents") for path in logdir.iterdir()]
+        [True]
     """
     columns = columns_of(recording, "to_tensorboard(recording, logdir)")
     check_path(logdir, "to_tensorboard(recording, logdir): logdir", "a directory path")

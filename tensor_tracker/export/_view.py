@@ -23,6 +23,14 @@ class GraphView:
         html: the page itself: one self-contained HTML document (scripts, styles and data
             inside; it loads nothing).
         height: the height of the frame in the notebook, in pixels.
+
+    Example:
+        >>> view = tensor_tracker.graph_view(tensor_tracker.module_graph(model, x))
+        >>> view.height, view.html.startswith("<!doctype html>")   # a page for a frame
+        (560, True)
+        >>> import tempfile
+        >>> view.save(Path(tempfile.mkdtemp()) / "graph.html").name   # opens in a browser
+        'graph.html'
     """
 
     def __init__(self, page_html: str, height: int) -> None:

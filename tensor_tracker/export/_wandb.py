@@ -39,8 +39,16 @@ def to_wandb(recording: Any, run: Any) -> int:
         TypeError: `recording` is not a tracker.
 
     Example:
+        >>> import wandb
         >>> run = wandb.init(project="demo")          # doctest: +SKIP
-        >>> tensor_tracker.export.to_wandb(t, run)    # doctest: +SKIP
+        >>> run = wandb.init(mode="disabled")   # here: a run that sends nothing
+        >>> with tensor_tracker.track(model, stats=True) as t:
+        ...     for batch in loader:
+        ...         model(batch).sum().backward(); t.step()
+        ...         last = tensor_tracker.export.to_wandb(t, run)   # each new step once
+        >>> last
+        2
+        >>> run.finish()
     """
     columns = columns_of(recording, "to_wandb(recording, run)")
     if not callable(getattr(run, "log", None)):

@@ -23,6 +23,18 @@ def hf_trainer_callback(tracker: Recorder) -> Any:
 
         with track(model, stats=True, every=10) as t:
             Trainer(model, args, train_dataset=ds, callbacks=[hf_trainer_callback(t)]).train()
+
+    What the trainer does with it, step by step (it calls `on_step_end` after each optimizer
+    step):
+
+        >>> from transformers import TrainerControl, TrainerState
+        >>> with tensor_tracker.track(model, include="^0$", grad=False) as t:
+        ...     callback = hf_trainer_callback(t)
+        ...     for step, batch in enumerate(loader, start=1):
+        ...         _ = model(batch)
+        ...         callback.on_step_end(None, TrainerState(global_step=step), TrainerControl())
+        >>> [s.step for s in t]
+        [0, 1, 2]
     """
     check_type(
         tracker, Recorder, "hf_trainer_callback(tracker)", "a tracker (from track(model, ...))"

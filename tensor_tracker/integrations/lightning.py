@@ -23,6 +23,19 @@ def lightning_callback(tracker: Recorder) -> Any:
 
         with track(module, stats=True, every=10) as t:
             Trainer(max_steps=100, callbacks=[lightning_callback(t)]).fit(module, loader)
+
+    What the trainer does with it (it calls `on_train_batch_end` after each batch): with
+    gradient accumulation over two batches, both batches of an optimizer step share its step:
+
+        >>> from types import SimpleNamespace
+        >>> with tensor_tracker.track(model, include="^0$", grad=False) as t:
+        ...     callback = lightning_callback(t)
+        ...     for batch_idx, batch in enumerate(loader + loader[:1]):
+        ...         _ = model(batch)
+        ...         trainer = SimpleNamespace(global_step=(batch_idx + 1) // 2)  # after it
+        ...         callback.on_train_batch_end(trainer, model, None, batch, batch_idx)
+        >>> [(s.step, s.call) for s in t]
+        [(0, 0), (0, 1), (1, 0), (1, 1)]
     """
     check_type(
         tracker, Recorder, "lightning_callback(tracker)", "a tracker (from track(model, ...))"

@@ -13,6 +13,12 @@
   modules on a log colour scale: outlier channels stand out.
 - `module_graph`, `autograd_graph`: a level of `tensor_tracker.module_graph`, or the
   operations of `tensor_tracker.autograd_graph`, as a figure (PNG/PDF with `fig.savefig`).
+- `default_layers`: the modules `umap_plot` embeds when `layers=` is not given.
+
+Constants: `DEFAULT_FORMATS`, the formats whose limits `scale_plot` and `history` draw
+(`("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")`); `MAX_TOKENS`, how many tokens `umap_plot`
+embeds when `tokens=` is not given (64); `MAX_HEIGHT`, the tallest graph figure in inches
+(40.0; a longer level is shrunk to it).
 
 Every function returns a `matplotlib.figure.Figure` built without pyplot, so it works
 headless and leaves no global state behind; in a notebook the returned figure displays

@@ -69,6 +69,11 @@ modulus, while `mean`, `std`, `min` and `max` describe the distribution of `|z|`
 complex mean would not fit in a float column), and format fractions count `|z|` against
 each format's limits. Custom statistics receive the complex tensor itself.
 
+`BLOCK_NAMES` lists those block-format statistics; `DEFAULT` the names `stats=True` keeps;
+`NAMES` every built-in name. `Spec` is the type of what `parse` (and `track(stats=...)`)
+accepts: `True`, a name, a sequence of names, `("name", fn)` pairs, `Statistic` and
+`histogram(...)`, a mapping `{"name": fn}`, or a `StatsFn`.
+
 Statistics per channel and per sample: `per_channel(stat, dim=None)` and
 `per_sample(stat, dim=0)` (`stat` one of `abs_max`, `rms`, `mean`, `abs_mean`) keep one
 number per index of `dim` (by default for channels `channel_dim(tensor.dim())`: 1 for 4-D
@@ -96,20 +101,20 @@ not bit for bit.
 
 Modules, from what a user names to what a hook runs and a table reads:
 
-- `spec`: what a stats spec names (`Statistic`, `histogram()`, `blocks()`) and its parsing.
-- `builtin`: the table of built-in statistics, the one place to add one.
+- `_spec`: what a stats spec names (`Statistic`, `histogram()`, `blocks()`) and its parsing.
+- `_builtin`: the table of built-in statistics, the one place to add one.
 - `formats`: the range limits of fp16, bf16 and fp8 formats; the block-scaled formats.
-- `kernels`: the hot-path kernels that compute a tensor's raw numbers.
-- `binning`: histogram counts on the device.
-- `blocking`: block-scaled formats (MX, NVFP4) simulated on the device.
-- `layout`: `Layout`, which statistics a raw vector holds and how each is derived.
-- `fn`: `StatsFn` (`parse`, `compute`): a tensor to its `Stats`.
-- `values`: `Stats`, one tensor's statistics, on its device until read.
-- `vectors`: statistics per channel / per sample: their kernel and `VectorRows`, where a
+- `_kernels`: the hot-path kernels that compute a tensor's raw numbers.
+- `_binning`: histogram counts on the device.
+- `_blocking`: block-scaled formats (MX, NVFP4) simulated on the device.
+- `_layout`: `Layout`, which statistics a raw vector holds and how each is derived.
+- `_fn`: `StatsFn` (`parse`, `compute`): a tensor to its `Stats`.
+- `_values`: `Stats`, one tensor's statistics, on its device until read.
+- `_vectors`: statistics per channel / per sample: their kernel and `VectorRows`, where a
   store keeps them.
-- `store`: `StatsStore`, many tensors' statistics in one buffer per device.
-- `table`: `stats_table`, many `Stats` read to the host at once.
-- `merging`: the statistics of several tensors combined (across ranks).
+- `_store`: `StatsStore`, many tensors' statistics in one buffer per device.
+- `_table`: `stats_table`, many `Stats` read to the host at once.
+- `_merging`: the statistics of several tensors combined (across ranks).
 
 Example:
     >>> fn = parse(["mean", "rms", "fp16_overflow"])

@@ -39,6 +39,13 @@ class Layout:
         names: the public statistic names, in the order they were asked for.
         width: the length of the raw vector.
         histograms: the `Histogram` configurations by name (empty when there are none).
+
+    Example:
+        >>> fn = parse(["rms", "mean"])
+        >>> fn.layout, fn.layout.names
+        (Layout(['rms', 'mean'], width=2), ('rms', 'mean'))
+        >>> fn(torch.ones(3)).layout is fn(torch.zeros(3)).layout   # so they stack
+        True
     """
 
     __slots__ = (

@@ -87,7 +87,14 @@ def live_view(
             create it.
 
     Example:
-        >>> view = widgets.live_view("runs/today")  # doctest: +SKIP
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp()) / "run"
+        >>> with tensor_tracker.track(model, stats=True, stream_to=folder) as t:
+        ...     for batch in loader:
+        ...         model(batch).sum().backward(); t.step()
+        >>> view = widgets.live_view(folder, start=False)  # start=True: redraw as it grows
+        >>> view.shown, view.steps
+        (['0', '1', '2'], [0, 1, 2])
         >>> view.controls["show"].value = "extremes"  # doctest: +SKIP
     """
     w = ipywidgets_module()
