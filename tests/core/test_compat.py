@@ -139,6 +139,7 @@ def gpt2() -> nn.Module:
     return model.eval()
 
 
+@pytest.mark.slow
 def test_generate_stashes_a_copy_of_the_cache_at_each_step(gpt2: nn.Module) -> None:
     prompt = torch.randint(0, 100, (1, 5))
     with track(gpt2) as t:

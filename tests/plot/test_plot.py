@@ -728,6 +728,7 @@ def test_plots_do_not_use_pyplot(fresh_imports: list[str]) -> None:
     assert fresh_imports[1] == "['matplotlib']"
 
 
+@pytest.mark.slow
 def test_returned_figure_displays_in_ipython_without_a_backend() -> None:
     from IPython.core.interactiveshell import InteractiveShell
 

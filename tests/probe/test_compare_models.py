@@ -151,6 +151,7 @@ def test_a_bfloat16_copy_gets_its_inputs_cast() -> None:
     assert next(iter(model.parameters())).dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_torch_compile_against_eager() -> None:
     # aot_eager: the compiled graphs and AOTAutograd in a second; TorchInductor's code
     # generation takes over ten (the slow test below compares it).
