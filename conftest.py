@@ -38,6 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 SLOW_DOCTESTS = {
     "tensor_tracker._api.compare_models": "compiles a model with TorchInductor, ~8 s of CPU",
+    "tensor_tracker.integrations.lightning.lightning_callback": "imports Lightning, 2-4 s",
+    "tensor_tracker.integrations.hf.hf_trainer_callback": "imports transformers, 1-2 s",
 }
 """Docstring examples that take seconds: marked slow here, since a docstring has no marks."""
 
@@ -51,9 +53,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _doctest_namespace(request: pytest.FixtureRequest, doctest_namespace: dict[str, Any]) -> None:
+    # Every test starts from the same random state, whichever tests ran before it on its
+    # worker (a model a fixture builds must not depend on the order).
+    torch.manual_seed(0)
     if not isinstance(request.node, pytest.DoctestItem):
         return  # a test under tests/: the names cost ~5 ms per test, ~10 s in a whole run
-    torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
     x = torch.randn(8, 16)
     with tensor_tracker.track(model) as tracker:

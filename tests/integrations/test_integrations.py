@@ -49,6 +49,7 @@ def test_hf_trainer_callback_steps_the_tracker(tmp_path: Path) -> None:
     assert {(s.step, s.grad) for s in t} == {(k, g) for k in (0, 2, 4) for g in (False, True)}
 
 
+@pytest.mark.slow  # imports Lightning: 5 s of CPU in a fresh worker
 def test_lightning_callback_counts_optimizer_steps() -> None:
     pl = pytest.importorskip("pytorch_lightning")
 
