@@ -139,10 +139,9 @@ class Columns(MutableSequence[Stash]):
     def add(self, site: int, call: int, step: int, flags: int, ref: int) -> None:
         """Append one record, whole or not at all: an exception between two column appends
         (a Ctrl-C) takes the row back out before it propagates."""
-        n = len(self.ref)
         try:  # free until something raises (Python >= 3.11)
             if step != self._last_step:
-                self.step_rows.append(n)
+                self.step_rows.append(len(self.ref))
                 self.step_values.append(step)
                 self._last_step = step
             self.site.append(site)
@@ -150,7 +149,9 @@ class Columns(MutableSequence[Stash]):
             self.flags.append(flags)
             self.ref.append(ref)
         except BaseException:
-            self._cut(n)
+            # `ref` is appended last, so its length counts the whole rows: read here and
+            # not before the appends, which would cost a call on every record.
+            self._cut(len(self.ref))
             raise
 
     def add_rows(self, site: Any, call: Any, step: Any, flags: Any, ref: Any) -> None:

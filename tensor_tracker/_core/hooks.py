@@ -212,16 +212,21 @@ class EagerHooks:
     def optimizer_hook(self, registrations: Registrations) -> Callable[..., None]:
         """The step post-hook of an optimizer: its state of the registered modules'
         parameters (see `plan.optimizer_states`)."""
+        clock, record, train_only = self._clock, self._record, self._train_only
 
         def hook(optimizer: torch.optim.Optimizer, *_: Any) -> None:
+            state, step = optimizer.state, clock.step
             for reg in registrations.items:
+                # Most modules (containers, activations) hold no parameter of their own:
+                # no call and no list for them, at every optimizer step.
+                if not reg.params:
+                    continue
                 training = reg.module.training
-                if self._train_only and not training:
+                if train_only and not training:
                     continue
                 flags = TRAINING if training else 0
-                for attr, value in optimizer_states(reg.params, optimizer.state):
-                    site = reg.site("optimizer", attr)
-                    self._record(site, 0, self._clock.step, flags, local_value(value))
+                for attr, value in optimizer_states(reg.params, state):
+                    record(reg.site("optimizer", attr), 0, step, flags, local_value(value))
 
         return hook
 

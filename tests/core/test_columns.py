@@ -4,6 +4,7 @@ statistics recording costs in memory."""
 from __future__ import annotations
 
 import pickle
+import sys
 import tracemalloc
 
 import pytest
@@ -298,3 +299,23 @@ def test_a_ctrl_c_anywhere_in_a_row_append_adds_the_row_whole_or_not_at_all(
         assert len(cols.objects) == len(before)
         append(cols)
         assert _whole(cols) == [*before, ("a", 1, 9, 5.0)]
+
+
+def test_a_row_of_the_current_step_costs_its_four_appends_only() -> None:
+    # `add` runs for every record a hook makes: nothing but the appends on the common path.
+    cols = Columns()
+    site = cols.site_id("a", nn.Linear, "output", "")
+    cols.add(site, 0, 3, 0, 0)
+    called: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "c_call":
+            called.append(getattr(arg, "__qualname__", str(arg)))
+
+    sys.setprofile(profile)
+    try:
+        cols.add(site, 1, 3, 0, 1)
+    finally:
+        sys.setprofile(None)
+    assert called[:-1] == ["array.append"] * 4, called  # the last: setprofile(None)
+    assert list(cols.call) == [0, 1] and list(cols.step_values) == [3]

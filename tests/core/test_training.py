@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -163,3 +164,29 @@ def test_long_run_does_not_accumulate_dead_gradient_handles() -> None:
             t.step()
             t.clear()
         assert len(t._eager.grad_handles) <= 2048
+
+
+def test_optimizer_step_reads_the_state_only_of_modules_holding_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every module is registered, most of them (the Sequential, the activations) hold no
+    # parameter of their own: at each optimizer step they cost no call and no list.
+    from tensor_tracker._core import hooks
+
+    calls: list[int] = []
+    rule = hooks.optimizer_states
+
+    def counted(params: Any, state: Any) -> Any:
+        calls.append(len(params))
+        return rule(params, state)
+
+    monkeypatch.setattr(hooks, "optimizer_states", counted)
+    model, x, y = model_and_data()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    with track(model, grad=False, optimizer=opt) as t:
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    holders = [m for m in model.modules() if list(m.parameters(recurse=False))]
+    assert len(holders) < len(list(model.modules()))
+    assert calls == [2] * len(holders)
+    assert len([s for s in t if s.kind == "optimizer"]) == 4 * len(holders)
