@@ -900,9 +900,9 @@ def streaming_cost(pairs: int) -> None:
             assert flush is not None
             spent: list[float] = []
 
-            def timed_flush(block_ended: bool) -> None:
+            def timed_flush(block_ended: bool, step: int) -> None:
                 start = time.perf_counter()
-                flush(block_ended)
+                flush(block_ended, step)
                 spent.append(time.perf_counter() - start)
 
             streamed.on_flush(timed_flush, path)

@@ -228,8 +228,9 @@ class Recorder:
 
     def on_flush(self, flush: Callable[[bool, int], None], path: Any = None) -> None:
         """Call `flush(block_ended, step)` at every `step()` and at the end of each `with`
-        block (`block_ended` true; `step`: the step being ended): how `track(..., stream_to=path)` writes the records so far
-        to disk and drops them. `path` becomes `stream_path`."""
+        block (`block_ended` true; `step`: the step being ended): how
+        `track(..., stream_to=path)` writes the records so far to disk and drops them.
+        `path` becomes `stream_path`."""
         self._flush = flush
         self.stream_path = path
 
