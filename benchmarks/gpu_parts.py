@@ -271,10 +271,10 @@ def flush_allowed(tracker: tensor_tracker.Tracker, device: torch.device, syncs: 
     if flush is None:
         return
 
-    def allowed(block_ended: bool) -> None:
+    def allowed(block_ended: bool, step: int) -> None:
         with warnings.catch_warnings(record=True) as caught, sync_debug("warn", device):
             warnings.simplefilter("always")
-            flush(block_ended)
+            flush(block_ended, step)
         syncs.append(sum(SYNC_WARNING in str(w.message) for w in caught))
 
     tracker.on_flush(allowed, tracker.stream_path)
