@@ -132,6 +132,7 @@ def _held_and_built_bytes() -> tuple[float, float]:
     return held / len(t), per_stash
 
 
+@pytest.mark.slow  # a fresh Python interpreter importing torch: 2-6 s of CPU
 def test_the_readme_states_the_memory_a_record_costs() -> None:
     readme = (ROOT / "README.md").read_text()
     held = re.search(r"about (\d+) bytes\s+of host memory per recorded tensor", readme)

@@ -371,6 +371,7 @@ def test_names_with_lone_surrogates_are_streamed_and_loaded(tmp_path: Path) -> N
     ]
 
 
+@pytest.mark.slow  # a fresh Python interpreter importing torch: 2-6 s of CPU
 def test_load_imports_no_module_a_recording_names(tmp_path: Path) -> None:
     # Issue 35, item 12: classes and torch values named after torch's lazily imported
     # submodules (seconds each to import) resolve only from what is imported already.

@@ -566,6 +566,7 @@ def test_a_completely_full_disk_still_closes_the_recording(
     assert (path / "writer.lock").stat().st_size == 0  # the reserve is given back
 
 
+@pytest.mark.slow  # a fresh Python interpreter importing torch: 2-6 s of CPU
 def test_a_file_size_limit_is_not_called_a_full_disk(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""

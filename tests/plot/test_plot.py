@@ -74,6 +74,7 @@ def fresh_imports() -> list[str]:
     return out.stdout.splitlines()
 
 
+@pytest.mark.slow  # a fresh Python interpreter importing torch: 2-6 s of CPU
 def test_importing_plot_and_widgets_does_not_import_matplotlib_or_ipywidgets(
     fresh_imports: list[str],
 ) -> None:
@@ -724,6 +725,7 @@ def test_histogram_heatmap_unknown_module_raises(full_steps: Tracker) -> None:
 # -- no global state ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a fresh Python interpreter importing torch: 2-6 s of CPU
 def test_plots_do_not_use_pyplot(fresh_imports: list[str]) -> None:
     assert fresh_imports[1] == "['matplotlib']"
 

@@ -157,6 +157,7 @@ def test_the_probes_leave_no_hook_behind() -> None:
     assert tensor_tracker._core.naming.module_names(model)[0][1] is model._orig_mod
 
 
+@pytest.mark.slow  # a fresh Python interpreter importing torch: 2-6 s of CPU
 def test_probing_an_uncompiled_model_imports_no_compiler() -> None:
     # Importing TorchDynamo takes seconds, and makes track() guard its hooks against it.
     code = (
