@@ -88,9 +88,13 @@ def synchronize(device: torch.device) -> None:
 Loss = Callable[[Any], Tensor]
 
 
-def encoder(device: torch.device, quick: bool) -> tuple[nn.Module, Tensor, Loss]:
-    """bench.py's d_model 256 encoder (4 layers, batch 4 x 64); `quick`: d_model 64, 2 layers."""
-    d_model, layers, batch, seq = (64, 2, 2, 16) if quick else (256, 4, 4, 64)
+def encoder(
+    device: torch.device, quick: bool, batch: int | None = None
+) -> tuple[nn.Module, Tensor, Loss]:
+    """bench.py's d_model 256 encoder (4 layers, batch 4 x 64, or `batch` x 64); `quick`:
+    d_model 64, 2 layers."""
+    d_model, layers, default, seq = (64, 2, 2, 16) if quick else (256, 4, 4, 64)
+    batch = batch or default
     model = bench.make_model(d_model, layers).to(device)
     return model, torch.randn(batch, seq, d_model, device=device), lambda out: out.square().mean()
 
@@ -174,8 +178,10 @@ def pytest_run(ids: list[str], device: torch.device, xml: Path) -> dict[str, Any
         "failed": {},
         "skipped": {},
     }
-    if not xml.exists():
+    if not xml.exists() or done.returncode != 0:
+        # Also a run whose tests all passed can fail (the 5 s guard, a collection error).
         result["output_tail"] = (done.stdout + done.stderr)[-3000:]
+    if not xml.exists():
         return result
     for case in ET.parse(xml).iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
@@ -362,6 +368,34 @@ def kernels_per_step(step: Callable[[], None], device: torch.device) -> int:
     return len(prof.events())
 
 
+def top_kernels(step: Callable[[], None], device: torch.device, n: int = 8) -> dict[str, int]:
+    """The `n` most launched GPU activities of one call of `step`, by name (shows whether a
+    compiled step runs generated, fused kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    synchronize(device)
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        step()
+        synchronize(device)
+    names = collections.Counter(
+        e.name[:80] for e in prof.events() if not cuda or e.device_type.name == "CUDA"
+    )
+    return dict(names.most_common(n))
+
+
+def step_ms(step: Callable[[], None], device: torch.device, rounds: int) -> float:
+    """The median time of `step` on `device`'s clock."""
+    clock = bench.device_clock(device)
+    times = []
+    for _ in range(rounds):
+        begin = clock()
+        step()
+        times.append(clock() - begin)
+    return 1e3 * statistics.median(times)
+
+
 def kernel_counts(
     model: nn.Module, x: Tensor, loss: Loss, adam: bool, factory: Factory, device: torch.device
 ) -> dict[str, int]:
@@ -424,9 +458,28 @@ def compiled_row(
             "untracked": kernels_per_step(untracked_step, device),
             "tracked": kernels_per_step(tracked_step, device),
         }
+        names = {
+            "untracked": top_kernels(untracked_step, device),
+            "tracked": top_kernels(tracked_step, device),
+        }
+        rounds = 3 if quick else 20
+        times = {
+            "untracked_compiled_step_ms": step_ms(untracked_step, device, rounds),
+            "tracked_compiled_step_ms": step_ms(tracked_step, device, rounds),
+        }
+    eager = copy.deepcopy(model)
+
+    def eager_step() -> None:
+        eager.zero_grad(set_to_none=True)
+        loss(eager(x)).backward()
+
+    eager_step()
+    times["untracked_eager_step_ms"] = step_ms(eager_step, device, rounds)
     torch.compiler.reset()
     return {
         "backend": backend,
+        **times,
+        "top_kernels": names,
         "ratio": statistics.median(ratios),
         "compile_s": round(compile_s, 1),
         "records_per_step": records,
@@ -502,6 +555,36 @@ def untracked_pass(model: nn.Module, x: Tensor, loss: Loss, device: torch.device
     }
 
 
+def summary_diagnosis(
+    model: nn.Module, x: Tensor, loss: Loss, device: torch.device
+) -> dict[str, Any]:
+    """Where a summary() pass spends host time (profiler, top operators and runtime calls by
+    self CPU time), its host wall time against a plain pass's, and where it synchronises."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.type == "cuda" else [])]
+    synchronize(device)
+    begin = time.perf_counter()
+    untracked_pass(model, x, loss, device)
+    synchronize(device)
+    plain_s = time.perf_counter() - begin
+    begin = time.perf_counter()
+    tensor_tracker.summary(model, x, loss_fn=loss)
+    synchronize(device)
+    summary_s = time.perf_counter() - begin
+    model.zero_grad(set_to_none=True)
+    with profile(activities=activities) as prof:
+        tensor_tracker.summary(model, x, loss_fn=loss)
+        synchronize(device)
+    model.zero_grad(set_to_none=True)
+    top = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:15]
+    return {
+        "host_wall_ms": {"plain_pass": 1e3 * plain_s, "summary": 1e3 * summary_s},
+        "top_self_cpu": {e.key[:70]: [e.count, round(e.self_cpu_time_total)] for e in top},
+        "sync_sites": sync_sites(lambda: tensor_tracker.summary(model, x, loss_fn=loss), device),
+    }
+
+
 def part_summary(out: Partial, device: torch.device, quick: bool) -> None:
     model, x, loss = encoder(device, quick)
     untracked_pass(model, x, loss, device)  # warm-up: cuBLAS workspaces, the allocator's pools
@@ -537,6 +620,18 @@ def part_summary(out: Partial, device: torch.device, quick: bool) -> None:
         },
     }
     out["summary"] = got
+    out["summary_pass_diagnosis"] = summary_diagnosis(model, x, loss, device)
+    big, big_x, big_loss = encoder(device, quick, batch=8 if quick else 64)
+    untracked_pass(big, big_x, big_loss, device)
+    big_plain = [untracked_pass(big, big_x, big_loss, device) for _ in range(3)]
+    tensor_tracker.summary(big, big_x, loss_fn=big_loss)
+    big.zero_grad(set_to_none=True)
+    big_s = tensor_tracker.summary(big, big_x, loss_fn=big_loss)
+    out["larger_batch_summary_over_untracked"] = {
+        "batch": big_x.shape[0],
+        "forward_ms": big_s.forward_ms / statistics.median(p["forward_ms"] for p in big_plain),
+        "backward_ms": big_s.backward_ms / statistics.median(p["backward_ms"] for p in big_plain),
+    }
     out["summary_over_untracked"] = {
         k: got[k] / plain[k] if got[k] is not None and plain[k] else None
         for k in (
