@@ -103,6 +103,7 @@ is from the older format.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -328,7 +329,12 @@ class RecordingWriter:
             if len(sites) > sites_now:
                 blocks.append((SITES, self._sites_batch(pa, sites[sites_now:])))
             encoder = Encoder(f"{self.commits}.")
-            blocks.append((RECORDS, self._records_batch(pa, columns, n, site_of, encoder)))
+            store = columns.store
+            # The statistics of accelerator tensors read with one transfer per device, also
+            # those of records holding several (tuple outputs), each of which read its own.
+            with store.on_host() if isinstance(store, StatsStore) else contextlib.nullcontext():
+                batch = self._records_batch(pa, columns, n, site_of, encoder)
+            blocks.append((RECORDS, batch))
             tensors = encoder.tensors
             sites_now = len(sites)
         if log:

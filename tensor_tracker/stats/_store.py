@@ -8,10 +8,11 @@ the recording is read (then one transfer per device).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -132,6 +133,7 @@ class StatsStore:
         "_fn",
         "_host",
         "_last",
+        "_on_host",
         "_parts",
         "_seen",
         "_slots",
@@ -159,6 +161,8 @@ class StatsStore:
         # The statistics per channel / per sample: one `VectorRows` each, row for row with
         # the raw vectors (same slot, same row number).
         self._vectors = tuple(VectorRows() for _ in fn.layout.vectors)
+        # Inside `on_host()`: each device part's rows read to the host (on first use).
+        self._on_host: dict[int, Tensor] | None = None
 
     def watch(self) -> None:
         """From now on, note whether any tensor put holds a NaN or an infinity (read it
@@ -323,10 +327,35 @@ class StatsStore:
         self._slots[device] = slot
         return slot
 
+    @contextlib.contextmanager
+    def on_host(self) -> Iterator[None]:
+        """Inside the block, `get` and `table` read the rows of a device from one host copy
+        made at the first read (one transfer per device, however many rows are read), not
+        one transfer per row: for writing many records at once. Rows put meanwhile are not
+        seen."""
+        self._on_host = {}
+        try:
+            yield
+        finally:
+            self._on_host = None
+
+    def _part_table(self, slot: int) -> Tensor:
+        copies = self._on_host
+        if copies is None:
+            return self._parts[slot].table()
+        if slot not in copies:
+            copies[slot] = self._parts[slot].table()
+        return copies[slot]
+
     def get(self, ref: int) -> Stats:
         """The `Stats` kept under `ref`."""
         slot, row = ref & (_SLOTS - 1), ref >> _SLOT_BITS
-        stats = self._parts[slot].get(row, self.layout)
+        part = self._parts[slot]
+        if self._on_host is not None and isinstance(part, _DeviceRows):
+            floats = self._part_table(slot)[row].tolist()
+            stats = Stats._of_floats(self.layout, floats, part.numel[row])
+        else:
+            stats = part.get(row, self.layout)
         if self._vectors:
             stats.vectors = tuple(rows.get(slot, row) for rows in self._vectors)
         return stats
@@ -367,7 +396,7 @@ class StatsStore:
         for slot, part in enumerate(self._parts):
             mask = slots == slot if len(self._parts) > 1 else slice(None)
             picked = rows[mask]
-            raw[mask] = part.table()[picked]
+            raw[mask] = self._part_table(slot)[picked]
             numel[mask] = torch.frombuffer(part.numel, dtype=torch.int64)[picked].to(F64)
         return raw, numel
 
