@@ -99,7 +99,8 @@ def adam_before(p: Tensor, state: Mapping[str, Any], group: Mapping[str, Any]) -
 
 def _norm(t: Tensor) -> Tensor:
     # Half-precision parameters' norms in float32: their squares overflow float16.
-    return torch.linalg.vector_norm(t, dtype=torch.promote_types(t.dtype, torch.float32))
+    norm: Tensor = torch.linalg.vector_norm(t, dtype=torch.promote_types(t.dtype, torch.float32))
+    return norm
 
 
 _Target = tuple[int, int, int, Tensor, Mapping[str, Any], Tensor | None]
