@@ -119,13 +119,13 @@ class UpdateHooks:
     Example:
         >>> from tensor_tracker._core.options import Options
         >>> sink = RecordSink(Options(), stop=lambda: None)
-        >>> linear = nn.Linear(2, 1)
+        >>> linear = nn.Linear(2, 1); _ = nn.init.ones_(linear.weight)
         >>> regs = Registrations(sink.site_id); _ = regs.add(linear, "fc", True)
         >>> sgd = torch.optim.SGD(linear.parameters(), lr=0.5)
         >>> handles = UpdateHooks(Clock(lambda kind: 1), sink, False).attach(sgd, regs)
         >>> linear(torch.ones(1, 2)).sum().backward(); sgd.step()
         >>> [(s.kind, s.attr, s.value.tolist()) for s in sink.stashes][:2]
-        [('update', 'weight', [[-0.5, -0.5]]), ('update_ratio', 'weight', 0.7...)]
+        [('update', 'weight', [[-0.5, -0.5]]), ('update_ratio', 'weight', 0.5)]
     """
 
     def __init__(self, clock: Clock, sink: RecordSink, train_only: bool) -> None:
