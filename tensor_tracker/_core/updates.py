@@ -89,8 +89,10 @@ def adam_before(p: Tensor, state: Mapping[str, Any], group: Mapping[str, Any]) -
     bias_correction2_sqrt = (1 - beta2**step) ** 0.5
     step_size = lr / (1 - beta1**step)
     second = state["max_exp_avg_sq"] if group["amsgrad"] else state["exp_avg_sq"]
-    denom = (second.sqrt() / bias_correction2_sqrt).add_(group["eps"])
-    before = torch.addcdiv(p, state["exp_avg"], denom, value=step_size)
+    # One allocation, reused in place: the rounding is that of the optimizer's own
+    # `(sqrt(v) / c).add_(eps)` and `addcdiv_`.
+    denom = second.sqrt().div_(bias_correction2_sqrt).add_(group["eps"])
+    before = torch.addcdiv(p, state["exp_avg"], denom, value=step_size, out=denom)
     weight_decay = group["weight_decay"]
     if weight_decay and group.get("decoupled_weight_decay", False):
         before.div_(1 - lr * weight_decay)
@@ -99,7 +101,9 @@ def adam_before(p: Tensor, state: Mapping[str, Any], group: Mapping[str, Any]) -
 
 def _norm(t: Tensor) -> Tensor:
     # Half-precision parameters' norms in float32: their squares overflow float16.
-    norm: Tensor = torch.linalg.vector_norm(t, dtype=torch.promote_types(t.dtype, torch.float32))
+    if t.dtype in (torch.float16, torch.bfloat16):
+        t = t.float()
+    norm: Tensor = torch.linalg.vector_norm(t)
     return norm
 
 
