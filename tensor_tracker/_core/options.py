@@ -52,8 +52,9 @@ __all__ = [
 Pattern = str | re.Pattern[str] | None
 """A module-name filter: `None`, a regular expression string, or a compiled pattern."""
 
-CAPTURE = ("outputs", "inputs", "params")
-"""What `capture=` can name: module outputs, module inputs, and each module's own parameters."""
+CAPTURE = ("outputs", "inputs", "params", "updates")
+"""What `capture=` can name: module outputs, module inputs, each module's own parameters,
+and what `optimizer.step()` changes in them."""
 
 Check = Callable[[Any, str], Any]
 """An option's check: given the value and the argument as messages name it (`"every="`),
@@ -253,7 +254,12 @@ class Options:
             'what to record for each registered module, one or more of `"outputs"` (the '
             'default), `"inputs"` (each positional/keyword argument holding tensors) and '
             "`\"params\"` (the module's own parameters, not its children's). With `grad` the "
-            "gradients of each are recorded too (parameter gradients once accumulated).",
+            "gradients of each are recorded too (parameter gradients once accumulated). "
+            '`"updates"` (needs `optimizer=`): at each `optimizer.step()`, each parameter\'s '
+            'update (after minus before) as a record of `kind="update"`, `attr` the '
+            'parameter\'s name, and `rms(update) / rms(parameter)` as one of `kind="update_ratio"`; '
+            "for Adam and AdamW rebuilt from the optimizer's state without copying the "
+            "parameters (see `tensor_tracker._core.updates`).",
             _capture,
         ),
     )
@@ -400,6 +406,11 @@ class Options:
             )
         if copy and self.stats is not None:
             raise ArgumentValueError(f"stats= keeps statistics, not copies; drop {copy}")
+        if "updates" in self.capture and self.optimizer is None:
+            raise ArgumentValueError(
+                'capture="updates" records what optimizer.step() changes in the parameters: '
+                "pass optimizer=<your optimizer> too"
+            )
         if self.on_disk_full != "raise" and self.stream_to is None:
             raise ArgumentValueError(
                 f"on_disk_full={self.on_disk_full!r} says what a write error of stream_to= "

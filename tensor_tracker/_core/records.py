@@ -21,9 +21,21 @@ __all__ = [
     "first_value",
 ]
 
-Kind = Literal["output", "input", "param", "optimizer", "named", "target", "loss", "helper"]
+Kind = Literal[
+    "output",
+    "input",
+    "param",
+    "optimizer",
+    "update",
+    "update_ratio",
+    "named",
+    "target",
+    "loss",
+    "helper",
+]
 """What a stash holds: a module's output, one of its inputs, one of its own parameters, the
-optimizer's state for one of those parameters, or a tensor named with `tensor_tracker.stash`
+optimizer's state for one of those parameters, what `optimizer.step()` changed in one of
+them (`capture="updates"`: the update, and its rms relative to the parameter's), or a tensor named with `tensor_tracker.stash`
 (its `attr` is the name): `"named"`, or the role given there (`"input"`, `"target"`,
 `"loss"`, `"param"`, `"helper"`)."""
 

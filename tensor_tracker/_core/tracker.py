@@ -37,6 +37,7 @@ from .plan import ModuleFacts, Setting, plan_hooks
 from .records import Kind, LogEntry, Stash
 from .registrations import Registration, Registrations
 from .sink import RecordSink
+from .updates import UpdateHooks
 
 __all__ = ["CAPTURE", "Options", "Pattern", "Recorder", "compile_pattern", "stash"]
 
@@ -169,6 +170,11 @@ class Recorder:
         self._sink = RecordSink(options, stop=_weak_call(self.unregister))
         self._regs = Registrations(self._sink.site_id)
         self._eager = EagerHooks(self._clock, self._sink, options.train_only)
+        self._updates = (
+            UpdateHooks(self._clock, self._sink, options.train_only)
+            if "updates" in capture
+            else None
+        )
         self._graph = CompiledHooks(
             self._clock, self._sink, options.train_only, self._eager.forward_hook
         )
@@ -318,6 +324,8 @@ class Recorder:
         modules, for a later `with tracker:` to record them again.)"""
         self._detach()
         self._regs.forget()
+        if self._updates is not None:
+            self._updates.release()
 
     def log(self, name: str, value: float | Tensor) -> None:
         """Record a scalar for the current step, e.g. the loss or the learning rate; on
@@ -458,6 +466,8 @@ class Recorder:
             if self._optimizer is not None:
                 hook = self._eager.optimizer_hook(self._regs)
                 handles.append(self._optimizer.register_step_post_hook(hook))
+                if self._updates is not None:
+                    handles += self._updates.attach(self._optimizer, self._regs)
             _ACTIVE.append(self._stash_named)
             self._attached = True
         module = reg.module

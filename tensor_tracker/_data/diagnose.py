@@ -528,16 +528,47 @@ def _check_formats(
     return f"read {read} of the records of kind {', '.join(kinds)} and their gradients"
 
 
-def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding]) -> str:
+_RATIO_STATS = ("mean", "rms", "abs_max", "max", "min")
+"""Statistics that give an `update_ratio` record's one number (non-negative) back."""
+
+
+def _recorded_update_ratios(rec: _Recording) -> list[tuple[float, str, int]] | None:
+    """The `update_ratio` records of `capture="updates"` as (ratio, parameter, step), or
+    None when there are none (or no statistic gives their number back)."""
     np = require("numpy", "pandas")
+    frame = rec.frame
+    rows = np.flatnonzero((frame["kind"] == "update_ratio").to_numpy())
+    if not len(rows):
+        return None
+    if rec.copies:
+        values = [float(rec.stashes[int(row)].value) for row in rows]
+    else:
+        column = next((c for c in _RATIO_STATS if c in frame.columns), None)
+        if column is None:
+            return None
+        values = frame[column].to_numpy(dtype=np.float64)[rows].tolist()
+    names, attrs, steps = (frame[c].to_numpy()[rows] for c in ("name", "attr", "step"))
+    return [
+        (value, _subject(str(name), "param", str(attr)), int(step))
+        for value, name, attr, step in zip(values, names, attrs, steps, strict=True)
+        if math.isfinite(value)
+    ]
+
+
+def _copied_update_ratios(rec: _Recording) -> list[tuple[float, str, int]] | str:
+    """The update ratios between the parameter copies of consecutive recorded steps, as
+    (ratio, parameter, step), or why there are none."""
     frame = rec.frame
     rows = frame.index[(frame["kind"] == "param") & (~frame["grad"])]
     if not len(rows):
-        return "skipped: no parameters recorded (track(..., capture=('outputs', 'params')))"
+        return (
+            "skipped: no updates or parameters recorded (track(..., optimizer=opt, "
+            "capture=('outputs', 'updates')))"
+        )
     if not rec.copies:
         return (
             "skipped: parameters recorded as statistics; updates need copies "
-            "(capture='params' without stats=)"
+            "(capture='params' without stats=) or capture='updates'"
         )
     by_param: dict[tuple[str, str], list[tuple[int, Tensor]]] = {}
     names, attrs, steps = (frame[c].to_numpy() for c in ("name", "attr", "step"))
@@ -553,8 +584,20 @@ def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding
             if size > 0:
                 change = float((after.double() - before.double()).square().mean().sqrt())
                 ratios.append((change / size, _subject(name, "param", attr), step))
+    return ratios or "skipped: parameters recorded in fewer than two steps"
+
+
+def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding]) -> str:
+    np = require("numpy", "pandas")
+    # The optimizer's own updates where recorded; else the changes between copies.
+    ratios = _recorded_update_ratios(rec)
+    if ratios is None:
+        copied = _copied_update_ratios(rec)
+        if isinstance(copied, str):
+            return copied
+        ratios = copied
     if not ratios:
-        return "skipped: parameters recorded in fewer than two steps"
+        return "skipped: no finite update ratio recorded"
     data = np.array([r[0] for r in ratios])
     for too_small in (True, False):
         bad = [r for r in ratios if (r[0] < low if too_small else r[0] > high)]
@@ -575,7 +618,8 @@ def _check_updates(rec: _Recording, low: float, high: float, found: list[Finding
                 else "lower the learning rate or add warm-up",
             )
         )
-    return f"{len(ratios)} update(s) of {len(by_param)} parameter(s), median {np.median(data):.2g}"
+    count = len({r[1] for r in ratios})
+    return f"{len(ratios)} update(s) of {count} parameter(s), median {np.median(data):.2g}"
 
 
 def _check_outlier_channels(rec: _Recording, k: float, found: list[Finding]) -> str:
@@ -722,9 +766,11 @@ def diagnose(
       fraction of nonzero values flushed to zero passes `underflow` (10% by default:
       MXFP4 flushes 9% of Gaussian data, the 8-bit formats none). Their evidence names
       the worst steps of the worst module.
-    - `update_size`: with parameters recorded as copies (`capture=("outputs", "params")`,
-      no `stats=`), `rms(change) / rms(parameter)` between recorded steps outside
-      `update_size` (the usual value is ~1e-3), naming the parameters.
+    - `update_size`: `rms(update) / rms(parameter)` outside `update_size` (the usual value
+      is ~1e-3), naming the parameters: from the `update_ratio` records of
+      `capture="updates"` (with `optimizer=`; any `stats=`), else from parameters recorded
+      as copies (`capture=("outputs", "params")`, no `stats=`), changed between recorded
+      steps.
     - `outlier_channels`: module outputs with a channel whose `abs_max` passes
       `outlier_ratio` times the median channel of the same module at the same step (record
       `tensor_tracker.stats.per_channel("abs_max")`, as `diagnosis_stats` does, or full

@@ -495,3 +495,22 @@ def test_block_format_thresholds() -> None:
     t = _train(_healthy(), steps=1, stats=True)
     diagnosis = diagnose(t, formats=["nvfp4"])
     assert "skipped" in diagnosis.checked["formats"]
+
+
+@pytest.mark.parametrize(("lr", "word"), [(1e-9, "far below"), (3.0, "far above")])
+def test_update_size_from_update_records(lr: float, word: str) -> None:
+    # capture="updates" records the optimizer's updates as statistics: no copies needed.
+    model = _healthy()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    with track(model, stats=["rms"], capture="updates", optimizer=optimizer) as t:
+        for _ in range(2):
+            model(torch.randn(64, 32)).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            t.step()
+    frame = t.to_frame()
+    ratios = frame[frame["kind"] == "update_ratio"]["rms"]
+    (found,) = [f for f in diagnose(t) if f.check == "update_size"]
+    assert word in found.explanation and len(found.modules) == 6
+    assert found.evidence["update/parameter rms (median)"] == pytest.approx(ratios.median())
+    assert diagnose(t).checked["update_size"].startswith("12 update(s) of 6 parameter(s)")
