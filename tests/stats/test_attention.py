@@ -326,3 +326,30 @@ def test_argument_errors_name_the_argument(call: Any, error: type, argument: str
     with pytest.raises(error) as raised:
         call()
     assert argument in str(raised.value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_no_host_sync_on_cuda() -> None:
+    q, k, v = (t.cuda().half() for t in _qkv(h=6))
+    kv = (k[:, :2], v[:, :2])
+    mask = torch.rand(2, 1, 7, 9, device="cuda") > 0.3
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((q, k, v), {"is_causal": True}),
+        ((q, *kv, mask), {"scale": 0.5, "enable_gqa": True}),
+    ]
+    fn = stats.parse([*stats.DEFAULT, stats.attention_logits(rows=3), stats.per_channel("rms")])
+    store = fn.store()
+    outs = [F.scaled_dot_product_attention(*a, **kw) for a, kw in calls]
+    for out, call in zip(outs, calls, strict=True):  # warm-up
+        fn.vectors(out, attention=call)
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    try:
+        torch.cuda.set_sync_debug_mode("error")
+        refs = [store.put(out, attention=call) for out, call in zip(outs, calls, strict=True)]
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    table = store.vector_table(torch.tensor(refs))
+    picked = [1, 3, 5]  # (2i + 1) * 7 // 6
+    want = _reference(_scores(q.cpu(), k.cpu(), causal=True), picked)
+    _check((table[NAMES[0]][0], table[NAMES[1]][0]), want, rtol=1e-5)
