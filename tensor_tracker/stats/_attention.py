@@ -181,7 +181,7 @@ def logit_stats(
     features = query.shape[-1]
     scale = 1.0 / math.sqrt(features) if scale is None else float(scale)
     dtype = F64 if query.dtype == F64 else torch.float32
-    mask = attn_mask
+    mask = None if attn_mask is None else attn_mask.detach()  # a learned bias's too
     if mask is not None and mask.dim() < query.dim():
         mask = mask.reshape((1,) * (query.dim() - mask.dim()) + tuple(mask.shape))
     q, k = query.detach(), key.detach()

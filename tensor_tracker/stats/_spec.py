@@ -602,8 +602,9 @@ def attention_logits(rows: int | None = None) -> AttentionLogits:
     propagates into its head's values.
 
     Where it applies: to the records of `scaled_dot_product_attention` calls, from the
-    call's `query`, `key`, `attn_mask`, `is_causal`, `scale` and `enable_gqa` (the tracker
-    passes them to `StatsFn.vectors(..., attention=(args, kwargs))`). On every other record
+    call's `query`, `key`, `attn_mask`, `is_causal`, `scale` and `enable_gqa`: whatever
+    records such a call hands its arguments to `StatsStore.put(output, attention=(args,
+    kwargs))` or `StatsFn.vectors(output, attention=...)`. On every other record
     (a module's output, another operation, a gradient) the item is ignored: both vectors
     are empty there, so `stats=[*stats.DEFAULT, stats.attention_logits()]` can be given to
     a whole model. `to_frame()` holds the columns `max_logit_per_head` and

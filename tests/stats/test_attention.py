@@ -112,12 +112,13 @@ def test_exact_with_broadcast_bool_and_additive_masks(
     q, k, _ = _qkv()
     torch.manual_seed(1)
     mask = torch.rand(shape) > 0.4
-    if kind == "additive":  # finite penalties and -inf alike
-        mask = torch.where(mask, torch.randn(shape), -math.inf)
+    if kind == "additive":  # finite penalties and -inf alike, a learned bias's
+        mask = torch.where(mask, torch.randn(shape), -math.inf).requires_grad_()
     for causal in (False, True):
-        want = _reference(_scores(q, k, mask, causal))
+        want = _reference(_scores(q, k, mask.detach(), causal))
         got = logit_stats(q.to(device), k.to(device), mask.to(device), causal, budget=1)
         _check(got, want)
+        assert not any(g.requires_grad for g in got)  # nothing added to the user's graph
 
 
 def test_scale_and_grouped_query_attention(device: torch.device) -> None:
