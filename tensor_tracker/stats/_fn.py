@@ -217,7 +217,8 @@ class StatsFn:
             for i in items
         ]
         self._memo = LastTensorMemo(self._compute)
-        # Only the core groups (the default set): one call, no parts to join.
+        # Only the core groups (the default set): one call, no parts to join. The attention
+        # vectors do not count: a tensor alone (all a compiled graph's record has) has none.
         self._simple = (
             core is not None
             and core.range is None
@@ -225,7 +226,6 @@ class StatsFn:
             and not hists
             and not blocks
             and not vectors
-            and not attention
         )
         # Where a NaN or infinity shows in the raw vector: the min/max slots (non-finite
         # exactly when the tensor is) or the non-finite count; without those, a slot that

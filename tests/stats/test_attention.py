@@ -251,6 +251,8 @@ def test_the_item_applies_to_an_sdpa_calls_arguments_and_ignores_other_records()
     _check(fn.vectors(out, attention=(args, kwargs))[1:], want)
     _check(stats.attention_logits().of_call((q, k, v, mask, 0.0, False, 0.5), {}), want)
     assert [len(v) for v in fn(out).vectors] == [4, 0, 0]  # a tensor alone: ignored
+    # Nor does it keep a compiled graph from computing the other statistics itself.
+    assert stats.parse([*stats.DEFAULT, stats.attention_logits()]).traceable
 
     store = fn.store()
     # The sdpa record, then a module returning the same tensor: two rows, the module's
