@@ -113,6 +113,8 @@ PUBLIC: dict[str, list[str]] = {
         "umap_plot",
     ],
     "tensor_tracker.stats": [
+        "ATTENTION_NAMES",
+        "AttentionLogits",
         "BLOCK_NAMES",
         "Blocks",
         "DEFAULT",
@@ -125,6 +127,7 @@ PUBLIC: dict[str, list[str]] = {
         "Statistic",
         "Stats",
         "StatsFn",
+        "attention_logits",
         "blocks",
         "channel_dim",
         "combine",

@@ -36,7 +36,7 @@ from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, StatsFn
 from ..stats._kernels import F64, NAN
 from ..stats._layout import Layout
-from ..stats._spec import Blocks, CustomName, PerAxis
+from ..stats._spec import AttentionLogits, Blocks, CustomName, PerAxis
 from ..stats._store import StatsStore
 from .recording import module_class
 from .recording_codec import META
@@ -268,13 +268,13 @@ def merged_stats(
             # ones included, as its value (read with the rank's own layout), one name
             # each; the element count, which every row has, as the built-in.
             for name in _names(item):
-                if isinstance(item, (Histogram, PerAxis)) or name == "numel":
+                if isinstance(item, (Histogram, PerAxis, AttentionLogits)) or name == "numel":
                     kept = item
                 else:
                     kept = CustomName(name)
                 if name in seen:
                     first, before = seen[name]
-                    if isinstance(item, (Histogram, PerAxis)) and before != item:
+                    if isinstance(item, (Histogram, PerAxis, AttentionLogits)) and before != item:
                         raise error(
                             f"ranks {first} and {rank} recorded statistics named {name!r} "
                             f"configured differently ({before} and {item}); they cannot "
@@ -282,7 +282,8 @@ def merged_stats(
                         )
                     continue
                 seen[name] = (rank, item)
-                items.append(kept)
+                if not isinstance(item, AttentionLogits) or name == item.names[0]:
+                    items.append(kept)  # an item of two vectors (attention_logits) once
     try:
         return stats_fn_of(tuple(items))
     except ArgumentValueError as clash:  # e.g. a custom statistic named like a histogram's count
@@ -297,7 +298,7 @@ def spec_names(spec: tuple[Any, ...] | None) -> tuple[str, ...]:
 def _names(item: Any) -> tuple[str, ...]:
     if isinstance(item, str):
         return (item,)
-    return item.names if isinstance(item, Blocks) else (item.name,)
+    return item.names if isinstance(item, (Blocks, AttentionLogits)) else (item.name,)
 
 
 def _convert(source: Layout, into: Layout, raw: Tensor, numel: Tensor) -> Tensor:

@@ -22,7 +22,7 @@ from .._core.structure import walks_attributes
 from .._data.frame import type_name
 from ..errors import ArgumentValueError, RecordingError, TensorTrackerError
 from ..stats import Histogram, Stats, StatsFn
-from ..stats._spec import Blocks, CustomName, PerAxis, Statistic
+from ..stats._spec import AttentionLogits, Blocks, CustomName, PerAxis, Statistic
 
 __all__ = [
     "JOURNAL",
@@ -55,7 +55,9 @@ MAX_BINS = 1 << 20  # histogram bins a recording may declare, in all (8 MiB per 
 # -- the statistics spec as JSON ---------------------------------------------------------
 
 
-def spec_to_json(spec: Sequence[str | Histogram | Blocks | CustomName | PerAxis]) -> list[Any]:
+def spec_to_json(
+    spec: Sequence[str | Histogram | Blocks | CustomName | PerAxis | AttentionLogits],
+) -> list[Any]:
     out: list[Any] = []
     for item in spec:
         if isinstance(item, str):
@@ -66,6 +68,8 @@ def spec_to_json(spec: Sequence[str | Histogram | Blocks | CustomName | PerAxis]
             out.append({"blocks": dataclasses.asdict(item)})
         elif isinstance(item, PerAxis):
             out.append({"per_axis": dataclasses.asdict(item)})
+        elif isinstance(item, AttentionLogits):
+            out.append({"attention_logits": dataclasses.asdict(item)})
         else:
             out.append({"histogram": dataclasses.asdict(item)})
     return out
@@ -104,6 +108,8 @@ def spec_from_json(items: Any) -> StatsFn:
                 spec.append(Blocks(**fields))  # which checks every field as blocks() does
             elif isinstance(item, dict) and isinstance(item.get("per_axis"), dict):
                 spec.append(PerAxis(**item["per_axis"]))  # which checks every field
+            elif isinstance(item, dict) and isinstance(item.get("attention_logits"), dict):
+                spec.append(AttentionLogits(**item["attention_logits"]))  # which checks rows
             else:
                 raise RecordingError(f"an unknown statistic {item!r}"[:200])
         return StatsFn(spec)

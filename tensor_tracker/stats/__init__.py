@@ -85,6 +85,12 @@ They show which hidden channels carry outliers (LLM.int8's outlier features, "ma
 activations") and which sample of a batch stands out; `tensor_tracker._data.channel_table`
 and `tensor_tracker.plot.channel_map` read them.
 
+Attention logits per head: `attention_logits(rows=None)` records, for each
+`scaled_dot_product_attention` call, each head's largest logit and mean softmax entropy
+(vectors `max_logit_per_head` and `entropy_per_head`, `ATTENTION_NAMES`), computed from the
+call's query and key in chunks of query rows, never materialising the scores; on every other
+record both vectors are empty.
+
 Fractions are over all `numel` values. An empty tensor gives `numel` 0, counts and `sum` 0,
 NaN for everything else. When a tensor holds any NaN or ±inf, `mean`, `std` and `rms` are NaN,
 on every device (count the culprits with `nonfinite`); when only its spread overflows the
@@ -112,6 +118,7 @@ Modules, from what a user names to what a hook runs and a table reads:
 - `_values`: `Stats`, one tensor's statistics, on its device until read.
 - `_vectors`: statistics per channel / per sample: their kernel and `VectorRows`, where a
   store keeps them.
+- `_attention`: attention logits per head from an sdpa call's query and key, in chunks.
 - `_store`: `StatsStore`, many tensors' statistics in one buffer per device.
 - `_table`: `stats_table`, many `Stats` read to the host at once.
 - `_merging`: the statistics of several tensors combined (across ranks).
@@ -129,14 +136,17 @@ from ._fn import Spec, StatsFn, compute, parse
 from ._layout import Layout
 from ._merging import combine, inexact_names
 from ._spec import (
+    ATTENTION_NAMES,
     BLOCK_NAMES,
     DEFAULT,
     EXP_HIST,
     NAMES,
+    AttentionLogits,
     Blocks,
     Histogram,
     PerAxis,
     Statistic,
+    attention_logits,
     blocks,
     channel_dim,
     histogram,
@@ -151,10 +161,12 @@ from ._values import Stats
 use_stats_parser(parse)
 
 __all__ = [
+    "ATTENTION_NAMES",
     "BLOCK_NAMES",
     "DEFAULT",
     "EXP_HIST",
     "NAMES",
+    "AttentionLogits",
     "Blocks",
     "Histogram",
     "Layout",
@@ -163,6 +175,7 @@ __all__ = [
     "Statistic",
     "Stats",
     "StatsFn",
+    "attention_logits",
     "blocks",
     "channel_dim",
     "combine",

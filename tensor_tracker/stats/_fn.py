@@ -22,6 +22,7 @@ from ._layout import Layout, column
 from ._spec import (
     BLOCK_NAMES,
     DEFAULT,
+    AttentionLogits,
     Blocks,
     CustomName,
     Histogram,
@@ -65,7 +66,9 @@ def _not_recomputable(tensor: Tensor) -> Tensor:
     )
 
 
-LayoutSpec: TypeAlias = tuple[str | Histogram | Blocks | CustomName | PerAxis, ...]
+LayoutSpec: TypeAlias = tuple[
+    str | Histogram | Blocks | CustomName | PerAxis | AttentionLogits, ...
+]
 _UNPICKLED_LAYOUTS: dict[LayoutSpec, Layout] = {}
 
 
@@ -119,6 +122,7 @@ class StatsFn:
     """
 
     __slots__ = (
+        "_attention",
         "_blocks",
         "_compiled",
         "_core",
@@ -146,7 +150,7 @@ class StatsFn:
             )
         names: list[str] = []
         for item in items:
-            if isinstance(item, (Histogram, Blocks)):
+            if isinstance(item, (Histogram, Blocks, AttentionLogits)):
                 names.extend(item.names)
             else:
                 names.append(item.name if isinstance(item, PerAxis) else item_name(item))
@@ -181,11 +185,13 @@ class StatsFn:
             empty.extend(block_empty(config))
 
         vectors = vector_items(items)
+        attention = tuple(i for i in items if isinstance(i, AttentionLogits))
         integral = {"numel", "nonfinite"}
         for h in histograms.values():
             integral.update(h.names[1:])
         layout_spec = tuple(CustomName(i.name) if isinstance(i, Statistic) else i for i in items)
-        vector_names = tuple(v.name for v in vectors)
+        # Per channel / per sample first, then the attention vectors (see `vectors`).
+        vector_names = tuple(v.name for v in vectors) + tuple(n for a in attention for n in a.names)
         kept_apart = set(vector_names)
         self.layout = Layout(
             tuple(n for n in names if n not in kept_apart),
@@ -197,6 +203,7 @@ class StatsFn:
             vector_names,
         )
         self._vectors = tuple(VectorFn(v) for v in vectors)
+        self._attention = attention
         self._core = core
         self._range = None if core is None else core.range
         self._customs = tuple(customs)
@@ -206,10 +213,12 @@ class StatsFn:
             self._compiled = torch.compile(core.device_raw, dynamic=True)
         self._blocks = tuple(blocks)
         self._spec_repr = [
-            i if isinstance(i, (str, Histogram, Blocks, PerAxis)) else i.name for i in items
+            i if isinstance(i, (str, Histogram, Blocks, PerAxis, AttentionLogits)) else i.name
+            for i in items
         ]
         self._memo = LastTensorMemo(self._compute)
-        # Only the core groups (the default set): one call, no parts to join.
+        # Only the core groups (the default set): one call, no parts to join. The attention
+        # vectors do not count: a tensor alone (all a compiled graph's record has) has none.
         self._simple = (
             core is not None
             and core.range is None
@@ -269,16 +278,33 @@ class StatsFn:
         empty = torch.empty(0, dtype=F64, device=tensor.device)
         return Stats(self.layout, empty, numel, vectors)
 
-    def vectors(self, tensor: Tensor) -> tuple[Tensor, ...]:
-        """The statistics per channel or per sample of `tensor` (see `per_channel`), in
-        `layout.vectors` order: 1-D float64 tensors on its device, computed without
-        waiting for it; `()` when none were asked for. Not memoised (see `__call__`).
+    def vectors(
+        self,
+        tensor: Tensor,
+        attention: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
+    ) -> tuple[Tensor, ...]:
+        """The statistics per channel or per sample of `tensor` (see `per_channel`) and
+        its attention logits per head (`attention_logits`), in `layout.vectors` order:
+        1-D float64 tensors on its device, computed without waiting for it; `()` when none
+        were asked for. Not memoised (see `__call__`).
+
+        Args:
+            tensor: the tensor recorded.
+            attention: when `tensor` is the output of a `scaled_dot_product_attention`
+                call, that call's `(args, kwargs)`, from which the attention vectors are
+                computed; otherwise `None`, and they are empty.
 
         Example:
             >>> StatsFn([per_sample("mean")]).vectors(torch.tensor([[1.0, 3.0], [0.0, 0.0]]))
             (tensor([2., 0.], dtype=torch.float64),)
         """
-        return tuple(v(tensor) for v in self._vectors)
+        out = tuple(v(tensor) for v in self._vectors)
+        if not self._attention:
+            return out
+        if attention is None:
+            empty = torch.empty(0, dtype=F64, device=tensor.device)
+            return out + (empty,) * (2 * len(self._attention))
+        return out + tuple(v for a in self._attention for v in a.of_call(*attention))
 
     def raw(self, tensor: Tensor) -> tuple[list[float] | Tensor | None, int]:
         """The raw vector of `tensor`'s statistics (see `Layout`) and its element count,

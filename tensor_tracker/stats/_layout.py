@@ -14,7 +14,7 @@ from ..errors import NotRecordedError
 from ._kernels import F64
 
 if TYPE_CHECKING:
-    from ._spec import Blocks, CustomName, Histogram, PerAxis
+    from ._spec import AttentionLogits, Blocks, CustomName, Histogram, PerAxis
 
 __all__ = ["Derive", "Layout", "column"]
 
@@ -67,7 +67,7 @@ class Layout:
         empty: tuple[float, ...],
         histograms: dict[str, Histogram],
         integral: frozenset[str],
-        spec: tuple[str | Histogram | Blocks | CustomName | PerAxis, ...] = (),
+        spec: tuple[str | Histogram | Blocks | CustomName | PerAxis | AttentionLogits, ...] = (),
         vectors: tuple[str, ...] = (),
     ) -> None:
         self._spec = spec
@@ -99,7 +99,7 @@ class Layout:
         return self._vectors
 
     @property
-    def spec(self) -> tuple[str | Histogram | Blocks | CustomName | PerAxis, ...]:
+    def spec(self) -> tuple[str | Histogram | Blocks | CustomName | PerAxis | AttentionLogits, ...]:
         """What the layout was built from: statistic names, `Histogram`s, and custom
         statistics by name (`CustomName`). A layout pickles as this spec (the derivers are
         closures); `stats.fn` registers how, being the module that builds layouts."""

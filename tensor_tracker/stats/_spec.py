@@ -11,21 +11,25 @@ from torch import Tensor
 
 from .._validate import check_bool, check_count, check_int, check_number, check_type
 from ..errors import ArgumentTypeError, ArgumentValueError
+from ._attention import bind_sdpa, logit_stats
 from ._builtin import BUILTINS, FORMAT_NAMES
 from .formats import BLOCK_FORMATS
 
 __all__ = [
+    "ATTENTION_NAMES",
     "BLOCK_NAMES",
     "DEFAULT",
     "EXP_HIST",
     "NAMES",
     "VECTOR_STATS",
+    "AttentionLogits",
     "Blocks",
     "CustomName",
     "Histogram",
     "Item",
     "PerAxis",
     "Statistic",
+    "attention_logits",
     "blocks",
     "channel_dim",
     "check_dim",
@@ -507,6 +511,132 @@ def per_sample(stat: str, dim: int = 0) -> PerAxis:
     return PerAxis(stat, dim, "sample")
 
 
+ATTENTION_NAMES: tuple[str, str] = ("max_logit_per_head", "entropy_per_head")
+"""The vectors `attention_logits` records, in order."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionLogits:
+    """Per-head attention logit statistics of `scaled_dot_product_attention` calls; make
+    one with `attention_logits`.
+
+    Called like `torch.nn.functional.scaled_dot_product_attention` (the same arguments,
+    `value` and `dropout_p` unused), it returns the two vectors instead of attending;
+    `of_call(args, kwargs)` takes a recorded call's arguments as they were passed.
+
+    Attributes:
+        rows: query rows scored per head (evenly spaced), or `None` for every row.
+
+    Example:
+        >>> item = attention_logits()
+        >>> q = k = torch.eye(2)[None, None]  # one batch item and head, 2 rows, 2 features
+        >>> top, entropy = item(q, k, q, scale=1.0, is_causal=True)
+        >>> top, entropy  # row 0 sees key 0 only; row 1 sees logits (0, 1)
+        (tensor([1.], dtype=torch.float64), tensor([0.2911], dtype=torch.float64))
+    """
+
+    rows: int | None = None
+
+    def __post_init__(self) -> None:
+        check_count(self.rows, "attention_logits(rows=...)", "query rows per head", optional=True)
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """The column names: `max_logit_per_head`, `entropy_per_head`."""
+        return ATTENTION_NAMES
+
+    def __call__(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """`(max_logit, entropy)` per head of `scaled_dot_product_attention(query, key,
+        value, ...)`: float64 vectors of `heads` values on the query's device, computed
+        without host synchronisation in chunks of query rows (see `attention_logits`).
+        `value` is not read; `dropout_p` does not enter (the statistics are those of the
+        softmax before dropout)."""
+        del value, dropout_p
+        return logit_stats(query, key, attn_mask, is_causal, scale, enable_gqa, self.rows)
+
+    def of_call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+        """The statistics of the call `scaled_dot_product_attention(*args, **kwargs)`.
+
+        Example:
+            >>> q = torch.randn(2, 3, 5, 4)
+            >>> [v.shape for v in attention_logits().of_call((q, q, q), {"is_causal": True})]
+            [torch.Size([3]), torch.Size([3])]
+        """
+        return self(**bind_sdpa(args, kwargs))
+
+
+def attention_logits(rows: int | None = None) -> AttentionLogits:
+    """Attention logits per head without storing them, to put in a stats spec: for each
+    `torch.nn.functional.scaled_dot_product_attention` call, the largest logit and the
+    mean attention entropy of every head.
+
+    The logits are what sdpa takes the softmax of: `query @ key.T * scale` plus the mask
+    (a float mask added, `-inf` where a bool mask is False or above a causal diagonal,
+    top-left aligned as torch defines `is_causal` when the query and key lengths differ).
+    `max_logit_per_head` is the largest over the batch and the query rows: the quantity
+    that grows before attention collapses (what QK-norm and QK-clip keep down).
+    `entropy_per_head` is each query row's softmax entropy `-sum(p * log p)` in nats,
+    averaged over the batch and the query rows: near 0 for a head that attends to one
+    key, `log(S)` for one that spreads evenly over `S` keys. With grouped-query attention
+    there is one value per *query* head.
+
+    Fused attention never materialises the `[batch, heads, L, S]` scores, and neither does
+    this: they are computed from `query` and `key` on their device, a chunk of query rows
+    at a time, so the extra memory stays under 32 MiB (`CHUNK_BYTES` in
+    `tensor_tracker.stats._attention`) whatever the sequence length, plus a float32 copy of
+    the key for half-precision inputs and, at least, one row of scores for every batch item
+    and head. Scores are computed in float32 (float64 inputs in float64), with no host
+    synchronisation. Dropout does not enter: these are the statistics of the softmax
+    before it. Fully masked query rows (all logits `-inf`) have no softmax and are left
+    out of both statistics; a head with no other row gets NaN. A NaN in the inputs
+    propagates into its head's values.
+
+    Where it applies: to the records of `scaled_dot_product_attention` calls, from the
+    call's `query`, `key`, `attn_mask`, `is_causal`, `scale` and `enable_gqa`: whatever
+    records such a call hands its arguments to `StatsStore.put(output, attention=(args,
+    kwargs))` or `StatsFn.vectors(output, attention=...)`. On every other record
+    (a module's output, another operation, a gradient) the item is ignored: both vectors
+    are empty there, so `stats=[*stats.DEFAULT, stats.attention_logits()]` can be given to
+    a whole model. `to_frame()` holds the columns `max_logit_per_head` and
+    `entropy_per_head`, one float64 numpy array per record.
+
+    Args:
+        rows: score only this many query rows per head, evenly spaced over the sequence
+            (rows `(2k + 1) * L // (2 * rows)`, the same rows every call, chosen on the
+            device): an *estimate* of both statistics (a logit peak on a row left out is
+            missed) at about `rows / L` of the cost. `None` (default), or `rows >= L`: every
+            row, exact.
+
+    Returns:
+        An `AttentionLogits` to put in a stats spec; it can also be called like sdpa.
+
+    Raises:
+        ArgumentValueError: `rows` below 1.
+        ArgumentTypeError: `rows` not an int or None.
+
+    Example:
+        >>> fn = parse(["rms", attention_logits()])
+        >>> q, k, v = torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)
+        >>> out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> top, entropy = fn.vectors(out, attention=((q, k, v), {"is_causal": True}))[:2]
+        >>> top.shape, bool((entropy <= math.log(16)).all())
+        (torch.Size([4]), True)
+        >>> fn(out)["max_logit_per_head"]  # a tensor alone: not an sdpa call, ignored
+        tensor([], dtype=torch.float64)
+    """
+    return AttentionLogits(rows)
+
+
 @dataclasses.dataclass(frozen=True)
 class CustomName:
     """A custom statistic in a pickled layout: its name (its function is not needed to read
@@ -523,6 +653,7 @@ Item: TypeAlias = (
     | Histogram
     | Blocks
     | PerAxis
+    | AttentionLogits
 )
 
 
@@ -535,7 +666,9 @@ def _bad_name_message(name: object, extra: str = "") -> str:
     )
 
 
-def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks | PerAxis]:
+def parse_items(
+    spec: object,
+) -> list[str | Statistic | Histogram | Blocks | PerAxis | AttentionLogits]:
     """The items of a stats spec (see `parse`): names, `Statistic`s and `Histogram`s."""
     if spec is None or spec is False:
         raise ArgumentTypeError(
@@ -544,7 +677,7 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks | Per
         )
     if spec is True:
         return list(DEFAULT)
-    if isinstance(spec, (str, Histogram, Statistic, Blocks, PerAxis)):
+    if isinstance(spec, (str, Histogram, Statistic, Blocks, PerAxis, AttentionLogits)):
         spec = [spec]
     if isinstance(spec, Mapping):
         return [Statistic(name, fn) for name, fn in spec.items()]
@@ -556,7 +689,7 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks | Per
     hint = ""
     if len(spec) == 2 and isinstance(spec[0], str) and spec[0] not in NAMES and callable(spec[1]):
         hint = f" To pass one custom statistic, wrap the pair in a list: stats=[({spec[0]!r}, fn)]."
-    items: list[str | Statistic | Histogram | Blocks | PerAxis] = []
+    items: list[str | Statistic | Histogram | Blocks | PerAxis | AttentionLogits] = []
     for item in spec:
         if isinstance(item, str) and item == EXP_HIST.name:
             items.append(EXP_HIST)
@@ -564,7 +697,7 @@ def parse_items(spec: object) -> list[str | Statistic | Histogram | Blocks | Per
             if item not in NAMES:
                 raise ArgumentValueError(_bad_name_message(item, hint))
             items.append(item)
-        elif isinstance(item, (Statistic, Histogram, Blocks, PerAxis)):
+        elif isinstance(item, (Statistic, Histogram, Blocks, PerAxis, AttentionLogits)):
             items.append(item)
         elif isinstance(item, tuple):
             if len(item) != 2 or not isinstance(item[0], str) or not callable(item[1]):

@@ -12,7 +12,7 @@ import contextlib
 import math
 import weakref
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -212,14 +212,23 @@ class StatsStore:
                 else:
                     self._note(leaf.raw, leaf.raw.device)
 
-    def put(self, tensor: Tensor) -> int:
-        """Compute `tensor`'s statistics into the store; return their reference."""
+    def put(
+        self, tensor: Tensor, attention: tuple[Sequence[Any], Mapping[str, Any]] | None = None
+    ) -> int:
+        """Compute `tensor`'s statistics into the store; return their reference.
+        `attention`: the `(args, kwargs)` of the `scaled_dot_product_attention` call that
+        returned `tensor`, for `attention_logits` (see `StatsFn.vectors`)."""
         # Hooks call this cold for every tensor: the memo and the CPU rows are inline.
         last = self._last
-        if last is not None and last[0]() is tensor and last[1] == tensor._version:
+        if (
+            last is not None
+            and last[0]() is tensor
+            and last[1] == tensor._version
+            and attention is None
+        ):
             return last[2]
         raw, numel = self._fn.raw(tensor)
-        vectors = self._fn.vectors(tensor) if self._vectors else ()
+        vectors = self._fn.vectors(tensor, attention) if self._vectors else ()
         if type(raw) is list and raw:  # host floats: a CPU tensor's
             watch = self._watch
             if watch is not None and not self._seen:
@@ -243,6 +252,11 @@ class StatsStore:
             slot = ref & (_SLOTS - 1)
             for kept, vector in zip(self._vectors, vectors, strict=True):
                 kept.add(slot, vector)
+        if attention is not None:
+            # Its row holds the call's attention vectors: a module returning the same
+            # tensor gets a row of its own, where they are empty.
+            self._last = None
+            return ref
         try:
             self._last = (weakref.ref(tensor), tensor._version, ref)
         except RuntimeError:  # an inference-mode tensor has no version counter to trust
