@@ -43,6 +43,7 @@ CUDA_TESTS = [
     "tests/probe/test_timeline.py::test_a_cuda_summary_times_with_events_and_never_waits_in_a_hook",
     "tests/stats/test_stats.py::test_no_host_sync_on_cuda",
     "tests/stats/test_vectors.py::test_no_host_sync_on_cuda_and_one_transfer_to_read",
+    "tests/stats/test_attention.py::test_no_host_sync_on_cuda",
 ]
 """The tests that skip without CUDA (tests/tools/test_gpu.py checks that none is missing)."""
 
