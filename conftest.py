@@ -36,6 +36,27 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+SPREAD = ("tests/tools/test_notebooks.py::test_notebook_runs[",)
+"""Tests whose cases `--dist loadfile` (./dev test) hands out one by one, not with their file:
+each executes a notebook for 10-40 s on its own, with no fixture to share, and together
+they kept one worker busy for two minutes at the end of CI's run."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadfile":
+        return None  # pytest-xdist's own scheduler for the mode asked for
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
+
+    class Scheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(SPREAD):
+                return nodeid
+            scope: str = super()._split_scope(nodeid)
+            return scope
+
+    return Scheduling(config, log)
+
+
 SLOW_DOCTESTS = {
     "tensor_tracker._api.compare_models": "compiles a model with TorchInductor, ~8 s of CPU",
     "tensor_tracker.integrations.lightning.lightning_callback": "imports Lightning, 2-4 s",
