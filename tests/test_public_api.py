@@ -67,6 +67,7 @@ PUBLIC: dict[str, list[str]] = {
         "sample_stats",
         "sample_values",
         "stash",
+        "tap",
         "stats",
         "summary",
         "to_frame",

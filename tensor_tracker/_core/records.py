@@ -21,11 +21,14 @@ __all__ = [
     "first_value",
 ]
 
-Kind = Literal["output", "input", "param", "optimizer", "named", "target", "loss", "helper"]
+Kind = Literal[
+    "output", "input", "param", "optimizer", "named", "target", "loss", "helper", "op", "tap"
+]
 """What a stash holds: a module's output, one of its inputs, one of its own parameters, the
-optimizer's state for one of those parameters, or a tensor named with `tensor_tracker.stash`
+optimizer's state for one of those parameters, a tensor named with `tensor_tracker.stash`
 (its `attr` is the name): `"named"`, or the role given there (`"input"`, `"target"`,
-`"loss"`, `"param"`, `"helper"`)."""
+`"loss"`, `"param"`, `"helper"`), the result of an operation `track(..., ops=...)` names
+(`"op"`, attr `"<op>#<k>"`), or a value given to `tensor_tracker.tap` (`"tap"`)."""
 
 
 @dataclasses.dataclass
