@@ -50,9 +50,14 @@ OP_FUNCTIONS: Mapping[str, tuple[Callable[..., Any], ...]] = types.MappingProxyT
         ),
         "mul": _present(torch.mul, torch.multiply, Tensor.mul, Tensor.mul_, Tensor.__mul__),
         "div": _present(
-            torch.div, torch.divide, torch.true_divide, Tensor.div, Tensor.div_,
-            Tensor.__truediv__, Tensor.__rtruediv__,
-        ),  # fmt: skip
+            torch.div,
+            torch.divide,
+            torch.true_divide,
+            Tensor.div,
+            Tensor.div_,
+            Tensor.__truediv__,
+            Tensor.__rtruediv__,
+        ),
         "matmul": _present(torch.matmul, Tensor.matmul, Tensor.__matmul__, Tensor.__rmatmul__),
         "bmm": _present(torch.bmm, Tensor.bmm),
         "mm": _present(torch.mm, Tensor.mm),
@@ -220,14 +225,14 @@ class OpsHooks:
     def _enter(self, module: nn.Module, args: Any) -> None:
         self._depth += 1
         if self._depth == 1:
-            self._mode.__enter__()
+            self._mode.__enter__()  # type: ignore[no-untyped-call]
 
     def _exit(self, module: nn.Module, args: Any, output: Any) -> None:
         if self._depth == 0:
             return  # attached while this call ran: its pre-hook did not
         self._depth -= 1
         if self._depth == 0:
-            self._mode.__exit__(None, None, None)
+            self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
             if self._closing:
                 self.detach()
 
