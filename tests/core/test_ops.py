@@ -186,7 +186,7 @@ def test_an_exception_in_forward_leaves_no_mode_and_no_hook_and_keeps_the_record
 
 
 def test_ops_the_hooks_compute_are_not_recorded() -> None:
-    # The statistics of each output use the very ops named here; they run inside the
+    # What is kept of each value is computed with the very ops named here, inside the
     # parent's call (the mode is on), in the tracker's hooks and in `tap`.
     class Tapped(nn.Module):
         def __init__(self) -> None:
@@ -198,7 +198,8 @@ def test_ops_the_hooks_compute_are_not_recorded() -> None:
 
     model = nn.Sequential(Tapped())
     everything = list(tensor_tracker._core.ops.OP_FUNCTIONS)
-    with track(model, ops=everything, stats=True, capture=["inputs", "outputs"]) as t:
+    keep = lambda t: torch.mul(t.detach(), 1).tanh()  # noqa: E731
+    with track(model, ops=everything, stash_value=keep, capture=["inputs", "outputs"]) as t:
         model(torch.randn(2, 3)).sum().backward()
     ops = sorted({(s.name, s.attr) for s in t if s.kind == "op"})
     assert ops == [("0", "tanh#0"), ("0.fc", "linear#0")]
