@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from .._torch_compat import untraced
 from ..errors import ArgumentTypeError, ArgumentValueError
 
 __all__ = ["OP_FUNCTIONS", "OpsHooks", "check_ops"]
@@ -139,6 +140,10 @@ _CALLS = frozenset({nn.Module._call_impl.__code__, nn.Module._wrapped_call_impl.
 """The code of a module call: its frame's `self` is the module whose call is running."""
 
 
+_PASSED = frozenset({__name__, "tensor_tracker._torch_compat"})
+"""This module and `untraced`'s: the frames between an op's caller and the record."""
+
+
 def _caller_module(frame: Any) -> nn.Module | None:
     """The module whose call runs `frame` (from the innermost frame up to the first module
     call), or None when a frame of this package comes first: a tracker's own work (a hook,
@@ -148,7 +153,8 @@ def _caller_module(frame: Any) -> nn.Module | None:
         if code in _CALLS:
             owner: nn.Module | None = frame.f_locals.get("self")
             return owner
-        if frame.f_globals.get("__name__", "").startswith("tensor_tracker."):
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("tensor_tracker.") and module not in _PASSED:
             return None
         frame = frame.f_back
     return None
@@ -168,9 +174,21 @@ class _OpsMode(TorchFunctionMode):
         record: RecordOp,
     ) -> None:
         super().__init__()
-        self._functions = functions
+        # A dict, not the read-only mapping: Dynamo looks a function up in a dict while
+        # it traces, so an op not asked for adds nothing to a compiled graph.
+        self._functions = dict(functions)
         self._owners = owners
         self._record = record
+        self._record_call = self._recorded_call
+        self._dynamo = False
+
+    def trace_safe(self) -> None:
+        """Dynamo cannot trace the frame walk: where it may run (it is imported), a
+        recorded call runs eagerly, behind a graph break (an op not asked for traces as it
+        is)."""
+        if not self._dynamo and "torch._dynamo" in sys.modules:
+            self._record_call = untraced(self._recorded_call)
+            self._dynamo = True
 
     def __torch_function__(
         self,
@@ -182,11 +200,16 @@ class _OpsMode(TorchFunctionMode):
         output = func(*args, **kwargs) if kwargs else func(*args)
         name = self._functions.get(func)
         if name is not None:
-            owner = _caller_module(sys._getframe(1))
-            reg = None if owner is None else self._owners.get(id(owner))
-            if reg is not None:
-                self._record(reg, name, output, args, kwargs or {})
+            self._record_call(name, output, args, kwargs)
         return output
+
+    def _recorded_call(
+        self, name: str, output: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
+    ) -> None:
+        owner = _caller_module(sys._getframe(1))
+        reg = None if owner is None else self._owners.get(id(owner))
+        if reg is not None:
+            self._record(reg, name, output, args, kwargs or {})
 
 
 class OpsHooks:
@@ -217,6 +240,7 @@ class OpsHooks:
     def attach(self, module: nn.Module, reg: Any) -> None:
         """Record the ops `module`'s own `forward` calls, with `reg` as their owner."""
         self._owners[id(module)] = reg
+        self._mode.trace_safe()
         self._pre.append(module.register_forward_pre_hook(self._enter))
         # First among the forward hooks, and also on an exception, so the mode leaves the
         # stack in the order it came (modes are a stack).
