@@ -182,13 +182,14 @@ class _OpsMode(TorchFunctionMode):
         self._record_call = self._recorded_call
         self._dynamo = False
 
-    def trace_safe(self) -> None:
+    def trace_safe(self) -> bool:
         """Dynamo cannot trace the frame walk: where it may run (it is imported), a
         recorded call runs eagerly, behind a graph break (an op not asked for traces as it
-        is)."""
+        is). Returns whether Dynamo may run."""
         if not self._dynamo and "torch._dynamo" in sys.modules:
             self._record_call = untraced(self._recorded_call)
             self._dynamo = True
+        return self._dynamo
 
     def __torch_function__(
         self,
@@ -233,6 +234,10 @@ class OpsHooks:
         self._owners: dict[int, Any] = {}
         self._mode = _OpsMode(functions, self._owners, record)
         self._depth = 0
+        # Dynamo replays neither the push and pop of a mode nor the count as they ran, so
+        # under torch.compile they run eagerly, behind a graph break (see `attach`).
+        self._push: Callable[..., None] = self._enter
+        self._pop: Callable[..., None] = self._exit
         self._pre: list[Any] = []
         self._post: list[Any] = []
         self._closing = False
@@ -240,11 +245,12 @@ class OpsHooks:
     def attach(self, module: nn.Module, reg: Any) -> None:
         """Record the ops `module`'s own `forward` calls, with `reg` as their owner."""
         self._owners[id(module)] = reg
-        self._mode.trace_safe()
-        self._pre.append(module.register_forward_pre_hook(self._enter))
+        if self._mode.trace_safe():
+            self._push, self._pop = untraced(self._enter), untraced(self._exit)
+        self._pre.append(module.register_forward_pre_hook(self._push))
         # First among the forward hooks, and also on an exception, so the mode leaves the
         # stack in the order it came (modes are a stack).
-        self._post.append(module.register_forward_hook(self._exit, prepend=True, always_call=True))
+        self._post.append(module.register_forward_hook(self._pop, prepend=True, always_call=True))
 
     def _enter(self, module: nn.Module, args: Any) -> None:
         self._depth += 1

@@ -164,14 +164,20 @@ def tap(name: str, value: Any) -> Any:
         >>> [(s.kind, s.attr, s.grad) for s in t if s.kind == "tap"]
         [('tap', 'scores', False), ('tap', 'scores', True)]
     """
-    if not _ACTIVE:
-        return value
+    if _ACTIVE:
+        _tap(name, value)
+    return value
+
+
+@untraced
+def _tap(name: str, value: Any) -> None:
+    """`tap`'s records, eagerly: under torch.compile, behind a graph break (Dynamo cannot
+    trace the frame walk that finds the module); with no tracker, `tap` traces as it is."""
     if not isinstance(name, str):
         check_type(name, str, "tap(name, value): name", "a str")
-    frame = sys._getframe(1)
+    frame = sys._getframe(2)
     for record in list(_ACTIVE):
         record(name, value, frame, "tap")
-    return value
 
 
 class Recorder:
@@ -488,6 +494,7 @@ class Recorder:
             # costs a check per call, so only where Dynamo may run (torch.compile imports
             # it; so do torch.optim's optimizers and transformers).
             dynamo=compiled or "torch._dynamo" in sys.modules,
+            ops=self._ops is not None,
         )
 
     def _attach(self, reg: Registration) -> None:

@@ -297,3 +297,71 @@ def test_a_wrong_ops_raises_before_touching_the_model(ops: Any, error: str) -> N
     with pytest.raises(TensorTrackerError, match=error):
         track(model, ops=ops)
     assert hook_count(model) == 0
+
+
+def _op_means(t: tensor_tracker.Tracker) -> dict[tuple[str, str, bool], float]:
+    frame = t.to_frame()
+    ops = frame[frame["kind"].isin(["op", "tap"])]
+    return {(r.name, r.attr, r.grad): r.mean for r in ops.itertuples()}
+
+
+@pytest.mark.slow  # compiles
+def test_compiled_ops_and_taps_match_eager_and_only_recorded_calls_break_the_graph() -> None:
+    from torch._dynamo.utils import counters
+
+    x = _input()
+    eager = _gpt()
+    with track(eager, stats=True, ops=["softmax", "matmul", "add"]) as t:
+        eager(x).sum().backward()
+    expected = _op_means(t)
+    assert len(expected) == 20
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(_gpt(), backend="eager")
+    # A first tracker whose ops never run leaves nothing behind for the next one.
+    with track(compiled, stats=True, ops="scaled_dot_product_attention") as t:
+        compiled(x).sum().backward()
+    assert not _op_means(t) and torch._C._len_torch_function_stack() == 0
+    with track(compiled, stats=True, ops=["softmax", "matmul", "add"]) as t:
+        compiled(x).sum().backward()
+    got = _op_means(t)
+    assert set(got) == set(expected)
+    for key, mean in expected.items():
+        assert got[key] == pytest.approx(mean, rel=1e-5, abs=1e-6), key
+    assert torch._C._len_torch_function_stack() == 0 and hook_count(compiled) == 0
+    # The mode's push and pop and each recorded call run eagerly, behind graph breaks;
+    # nothing else breaks the graph.
+    assert counters["graph_break"] and all("disable" in r for r in counters["graph_break"])
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow  # compiles
+def test_compiled_taps_match_eager() -> None:
+    class Tapping(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x: Tensor) -> Tensor:
+            h = tap("h", self.fc(x))
+            return tap("h", h.tanh()) * 2
+
+    torch.manual_seed(0)
+    module, x = Tapping(), torch.randn(2, 3)
+    with track(module, stats=True) as t:
+        module(x).sum().backward()
+    expected = _op_means(t)
+    compiled = torch.compile(module, backend="eager")
+    with track(compiled, stats=True) as t:
+        for _ in range(2):
+            compiled(x).sum().backward()
+            t.step()
+    got = _op_means(t)
+    assert (
+        set(got)
+        == set(expected)
+        == {(n, a, g) for n in [""] for a in ("h", "h#1") for g in (False, True)}
+    )
+    for key, mean in expected.items():
+        assert got[key] == pytest.approx(mean, rel=1e-5, abs=1e-6), key
+    torch._dynamo.reset()
