@@ -165,19 +165,23 @@ def tap(name: str, value: Any) -> Any:
         [('tap', 'scores', False), ('tap', 'scores', True)]
     """
     if _ACTIVE:
-        _tap(name, value)
+        _TAP[0](name, value)
     return value
 
 
-@untraced
 def _tap(name: str, value: Any) -> None:
-    """`tap`'s records, eagerly: under torch.compile, behind a graph break (Dynamo cannot
-    trace the frame walk that finds the module); with no tracker, `tap` traces as it is."""
+    """`tap`'s records, made eagerly (see `_TAP`)."""
     if not isinstance(name, str):
         check_type(name, str, "tap(name, value): name", "a str")
-    frame = sys._getframe(2)
+    frame = sys._getframe(1)  # `innermost` walks up from here to the module
     for record in list(_ACTIVE):
         record(name, value, frame, "tap")
+
+
+_TAP = [_tap]
+"""What `tap` calls while a tracker records: `_tap`, or where Dynamo may run (imported
+when a tracker attaches) `_tap` `untraced`, behind a graph break (Dynamo cannot trace the
+frame walk that finds the module). With no tracker `tap` traces as it is."""
 
 
 class Recorder:
@@ -505,6 +509,8 @@ class Recorder:
                 hook = self._eager.optimizer_hook(self._regs)
                 handles.append(self._optimizer.register_step_post_hook(hook))
             _ACTIVE.append(self._stash_named)
+            if _TAP[0] is _tap and "torch._dynamo" in sys.modules:
+                _TAP[0] = untraced(_tap)
             self._attached = True
         module = reg.module
         facts = ModuleFacts(
