@@ -365,3 +365,23 @@ def test_compiled_taps_match_eager() -> None:
     for key, mean in expected.items():
         assert got[key] == pytest.approx(mean, rel=1e-5, abs=1e-6), key
     torch._dynamo.reset()
+
+
+def test_frames_selections_and_comparisons_read_op_records() -> None:
+    from tensor_tracker._data.select import select
+
+    model, x = _gpt(), _input()
+    runs = []
+    for scale in (1.0, 1.01):
+        with track(model, ops=["softmax", "add"]) as t:
+            model(x * scale).sum().backward()
+        runs.append(t)
+    frame = runs[0].to_frame()
+    ops = frame[frame["kind"] == "op"]
+    assert sorted(set(zip(ops["name"], ops["attr"], strict=True))) == [
+        ("0", "add#0"), ("0", "add#1"), ("0.attn", "softmax#0"),
+        ("1", "add#0"), ("1", "add#1"), ("1.attn", "softmax#0"),
+    ]  # fmt: skip
+    assert len(select(runs[0].stashes, kind="op")) == 12
+    # LayerNorm undoes the scale: the first record that differs is the residual add.
+    assert "First forward divergence: '0' op 'add#0'" in str(tensor_tracker.compare(*runs))
