@@ -10,7 +10,8 @@ t.to_frame()   # one row per module output / gradient
 
 What a notebook imports (every other module is private, `_`-prefixed):
 - `tensor_tracker.track`, `tensor_tracker.Tracker`: the entry points; `load` reads a saved
-  or streamed recording; `stash` records a tensor by name (e.g. inside a `forward`).
+  or streamed recording; `stash` records a tensor by name (e.g. inside a `forward`),
+  `tap` too, numbered within each module call.
 - `compare`, `compare_models`: where two runs differ; `diagnose`: what looks wrong;
   `first_nonfinite`: where a NaN or infinity appeared; `sample_values`, `sample_stats`: one
   batch item's values, the outlier sample; `to_frame`: a table of stashes.
@@ -23,7 +24,8 @@ What a notebook imports (every other module is private, `_`-prefixed):
 
 Constants and types (no docstring of their own):
 - `Kind`: what a stash holds, `Stash.kind`: `"output"`, `"input"`, `"param"`,
-  `"optimizer"`, or for `stash(...)`: `"named"`, `"target"`, `"loss"`, `"helper"`.
+  `"optimizer"`, or for `stash(...)`: `"named"`, `"target"`, `"loss"`, `"helper"`;
+  `"op"` for `track(..., ops=...)`, `"tap"` for `tap(...)`.
 - `StashFn`: a function from an `Event` to a `Stash`, for `track(model, stash=...)`.
 - `StashValueFn`: a function from each recorded tensor to what to keep of it, for
   `track(model, stash_value=...)` (it gets the live tensor: detach it).
@@ -42,7 +44,7 @@ from ._core.stash_fns import (
     get_stash_fn,
 )
 from ._core.structure import rmap_tensor
-from ._core.tracker import stash
+from ._core.tracker import stash, tap
 from ._data.compare import Comparison, Divergence
 from ._data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from ._data.frame import to_frame
@@ -103,6 +105,7 @@ __all__ = [
     "stash",
     "stats",
     "summary",
+    "tap",
     "to_frame",
     "track",
     "widgets",

@@ -69,6 +69,7 @@ PUBLIC: dict[str, list[str]] = {
         "stash",
         "stats",
         "summary",
+        "tap",
         "to_frame",
         "track",
         "widgets",

@@ -231,19 +231,33 @@ class EagerHooks:
         return hook
 
     def stash_named(
-        self, reg: Registration, name: str, value: Any, kind: Kind, counted: bool
+        self,
+        reg: Registration,
+        name: str,
+        value: Any,
+        kind: Kind,
+        counted: bool,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> None:
-        """Record `value` for `tensor_tracker.stash` under `reg`, whose `forward` is running
-        (`counted`: its pre-hook numbered this call already, as when no forward hook does)."""
+        """Record `value` for `tensor_tracker.stash`, `tap` or an op (`kind`) under `reg`,
+        whose `forward` is running (`counted`: its pre-hook numbered this call already, as
+        when no forward hook does). An op's `args`/`kwargs` (its inputs) go to the record
+        (`RecordSink.record`, a `stash=`'s `Event`). An op is numbered within the call
+        (`"softmax#0"`), a tap from its second use (`"h"`, `"h#1"`)."""
         if graph_task_id() != -1:  # in backward(): a checkpoint's recomputation
             return
         training = reg.module.training
         if self._train_only and not training:
             return
         call = max(reg.calls - 1, 0) if counted else reg.calls
+        if kind == "op" or kind == "tap":
+            k = reg.count(name, call)
+            if k or kind == "op":
+                name = f"{name}#{k}"
         flags = TRAINING if training else 0
         site = reg.site(kind, name)
         step = self._clock.step
-        self._record(site, call, step, flags, value)
+        self._record(site, call, step, flags, value, args, kwargs)
         if reg.grad:
             self.hook_grads(reg, site, call, step, flags, value)

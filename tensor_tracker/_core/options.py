@@ -29,6 +29,7 @@ from .._validate import (
     check_type,
 )
 from ..errors import ArgumentValueError
+from .ops import check_ops
 from .records import StashFn, StashValueFn
 from .stash_fns import (
     BoundDefaultStash,
@@ -246,6 +247,20 @@ class Options:
             "`tensor_tracker.stats.blocks()`; see `tensor_tracker.stats`. Not with `stash`, "
             "`stash_value` or the copy options.",
             _stats,
+        ),
+    )
+    ops: Any = dataclasses.field(
+        default=None,
+        metadata=_about(
+            "also record calls of these functional operations made in a tracked module's own "
+            '`forward` (not in a tracked child\'s): an operation name (`"softmax"`, '
+            '`"matmul"`, `"add"`, `"mul"`, `"linear"`, `"layer_norm"`, `"gelu"`, '
+            '`"scaled_dot_product_attention"`, ...; `a + b` is `"add"`, `a @ b` is '
+            '`"matmul"`, `x += y` too is `"add"`), a torch function (`torch.cumsum`), or a '
+            'list of them. Each call is a record of the module with `kind="op"` and '
+            '`attr="<op>#<k>"` (`k` counts that op\'s calls within one call of the module), '
+            "and its gradient like an output's.",
+            check_ops,
         ),
     )
     capture: str | Iterable[str] = dataclasses.field(

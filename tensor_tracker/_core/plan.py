@@ -52,6 +52,8 @@ class Setting:
         can_emit: this torch can hand statistics out of a graph (`graph_sink.can_emit`).
         traces_gradients: Dynamo traces a tensor hook on an intermediate tensor.
         dynamo: Dynamo may run (it is imported): eager hooks are then `untraced`.
+        ops: `ops=` records functional operations (their mode is pushed and popped by
+            eager hooks, so a compiled graph ends at each module call anyway).
     """
 
     outputs: bool = True
@@ -62,6 +64,7 @@ class Setting:
     can_emit: bool = False
     traces_gradients: bool = False
     dynamo: bool = False
+    ops: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,12 +112,15 @@ def plan_hooks(setting: Setting, module: ModuleFacts) -> HookPlan:
         HookPlan(forward='graph', pre=None, param_grads=())
         >>> plan_hooks(compiled, ModuleFacts(grad=True))   # gradients not traceable
         HookPlan(forward='untraced', pre=None, param_grads=())
+        >>> plan_hooks(dataclasses.replace(compiled, ops=True), ModuleFacts(grad=False))
+        HookPlan(forward='untraced', pre=None, param_grads=())
         >>> plan_hooks(Setting(params=True), ModuleFacts(params=("w",), trainable=("w",)))
         HookPlan(forward='eager', pre='eager', param_grads=('w',))
     """
     s = setting
     in_graph = (
         s.outputs
+        and not s.ops
         and s.compiled
         and s.graph_stats
         and s.can_emit

@@ -32,12 +32,16 @@ Kind = Literal[
     "target",
     "loss",
     "helper",
+    "op",
+    "tap",
 ]
 """What a stash holds: a module's output, one of its inputs, one of its own parameters, the
 optimizer's state for one of those parameters, what `optimizer.step()` changed in one of
-them (`capture="updates"`: the update, and its rms relative to the parameter's), or a tensor named with `tensor_tracker.stash`
+them (`capture="updates"`: the update, and its rms relative to the parameter's), a tensor
+named with `tensor_tracker.stash`
 (its `attr` is the name): `"named"`, or the role given there (`"input"`, `"target"`,
-`"loss"`, `"param"`, `"helper"`)."""
+`"loss"`, `"param"`, `"helper"`), the result of an operation `track(..., ops=...)` names
+(`"op"`, attr `"<op>#<k>"`), or a value given to `tensor_tracker.tap` (`"tap"`)."""
 
 
 @dataclasses.dataclass

@@ -39,6 +39,8 @@ class Registration:
         "_site_id",
         "arg_names",
         "calls",
+        "counted_call",
+        "counts",
         "grad",
         "module",
         "name",
@@ -58,6 +60,9 @@ class Registration:
         self.grad = grad
         self._site_id = site_id
         self.calls = 0  # calls in this step: the `call` of its records
+        # See `count`: the call whose ops and taps `counts` counts.
+        self.counted_call = -1
+        self.counts: dict[str, int] = {}
         self.traced_calls = 0  # see CompiledHooks.forward_hook
         self.sites: dict[tuple[Kind, str], int] = {}  # see `site`
         self.param_step = -1  # the step (count) whose parameters were recorded last
@@ -81,6 +86,16 @@ class Registration:
     def arg_name(self, index: int) -> str:
         """The name of positional argument `index` of the module's `forward`."""
         return self.arg_names[index] if index < len(self.arg_names) else str(index)
+
+    def count(self, name: str, call: int) -> int:
+        """How many times `name` (an op, a tap) was counted before in call `call` of this
+        step; counts this one."""
+        if call != self.counted_call:
+            self.counted_call = call
+            self.counts.clear()
+        k = self.counts.get(name, 0)
+        self.counts[name] = k + 1
+        return k
 
     def site(self, kind: Kind, attr: str) -> int:
         """The site of this module's (`kind`, `attr`), numbered once."""
@@ -156,6 +171,7 @@ class Registrations:
         """A new step: every module's calls are numbered from 0 again."""
         for registration in self.items:
             registration.calls = 0
+            registration.counted_call = -1
 
     def innermost(self, frame: Any) -> Registration:
         """The innermost registered module whose `forward` is on the call stack from

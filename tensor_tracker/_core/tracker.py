@@ -32,6 +32,7 @@ from .dist import rank_info
 from .graph_sink import can_emit, traces_gradients
 from .hooks import EagerHooks
 from .naming import module_names
+from .ops import OpsHooks
 from .options import CAPTURE, Options, Pattern, check_filters, compile_pattern
 from .plan import ModuleFacts, Setting, plan_hooks
 from .records import Kind, LogEntry, Stash
@@ -39,7 +40,7 @@ from .registrations import Registration, Registrations
 from .sink import RecordSink
 from .updates import UpdateHooks
 
-__all__ = ["CAPTURE", "Options", "Pattern", "Recorder", "compile_pattern", "stash"]
+__all__ = ["CAPTURE", "Options", "Pattern", "Recorder", "compile_pattern", "stash", "tap"]
 
 
 def _a_few(names: list[str], n: int = 6) -> str:
@@ -137,6 +138,53 @@ def stash(name: str, value: Any, role: str | None = None) -> Any:
     return value
 
 
+def tap(name: str, value: Any) -> Any:
+    """Return `value` unchanged; inside a tracked module's `forward`, record it (and its
+    gradient) with every tracker that is recording now, as a record of that module with
+    `kind="tap"` and `attr=name` (`name#1`, `name#2`, ... when called again in the same
+    call of the module). With no tracker recording it does nothing but return `value`.
+
+    Put it on any intermediate value of your model's code, once; it records only while a
+    tracker does, with the tracker's `stats=` or copies, `every=`, `stream_to=`...
+
+    Args:
+        name: the record's `attr`.
+        value: a tensor, or a structure of tensors.
+
+    Raises:
+        ArgumentTypeError: `name` is not a str (checked while a tracker records).
+
+    Example:
+        >>> class Attention(nn.Module):
+        ...     def forward(self, q):
+        ...         scores = tensor_tracker.tap("scores", q @ q.T)
+        ...         return scores.softmax(-1) @ q
+        >>> attention = Attention()
+        >>> with track(attention) as t:
+        ...     attention(torch.randn(3, 4, requires_grad=True)).sum().backward()
+        >>> [(s.kind, s.attr, s.grad) for s in t if s.kind == "tap"]
+        [('tap', 'scores', False), ('tap', 'scores', True)]
+    """
+    if _ACTIVE:
+        _TAP[0](name, value)
+    return value
+
+
+def _tap(name: str, value: Any) -> None:
+    """`tap`'s records, made eagerly (see `_TAP`)."""
+    if not isinstance(name, str):
+        check_type(name, str, "tap(name, value): name", "a str")
+    frame = sys._getframe(1)  # `innermost` walks up from here to the module
+    for record in list(_ACTIVE):
+        record(name, value, frame, "tap")
+
+
+_TAP = [_tap]
+"""What `tap` calls while a tracker records: `_tap`, or where Dynamo may run (imported
+when a tracker attaches) `_tap` `untraced`, behind a graph break (Dynamo cannot trace the
+frame walk that finds the module). With no tracker `tap` traces as it is."""
+
+
 class Recorder:
     """Records what modules compute, as a list of `Stash`; users get a `Tracker` (a
     `Recorder` that can also be read as a table) from `track` or `Tracker(...)`.
@@ -178,6 +226,7 @@ class Recorder:
         self._graph = CompiledHooks(
             self._clock, self._sink, options.train_only, self._eager.forward_hook
         )
+        self._ops = None if options.ops is None else OpsHooks(options.ops, self._record_op)
         self.step_kinds: dict[int, str] = self._clock.kinds
         """The kind of each step declared with `step(kind=...)` other than "default"."""
         self.modules: weakref.WeakValueDictionary[str, nn.Module] = self._regs.modules
@@ -457,6 +506,7 @@ class Recorder:
             # costs a check per call, so only where Dynamo may run (torch.compile imports
             # it; so do torch.optim's optimizers and transformers).
             dynamo=compiled or "torch._dynamo" in sys.modules,
+            ops=self._ops is not None,
         )
 
     def _attach(self, reg: Registration) -> None:
@@ -469,6 +519,8 @@ class Recorder:
                 if self._updates is not None:
                     handles += self._updates.attach(self._optimizer, self._regs)
             _ACTIVE.append(self._stash_named)
+            if _TAP[0] is _tap and "torch._dynamo" in sys.modules:
+                _TAP[0] = untraced(_tap)
             self._attached = True
         module = reg.module
         facts = ModuleFacts(
@@ -493,6 +545,8 @@ class Recorder:
             if plan.pre == "untraced":
                 pre_hook = untraced(pre_hook)
             handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        if self._ops is not None:  # after the other pre-hooks: they record no op
+            self._ops.attach(module, reg)
         params = dict(reg.params)
         for attr in plan.param_grads:
             hook = self._eager.param_grad_hook(reg, attr)
@@ -502,6 +556,8 @@ class Recorder:
         self._regs.detach()
         self._eager.detach()
         self._graph.close()
+        if self._ops is not None:
+            self._ops.detach()
         self._attached = False
         _ACTIVE[:] = [record for record in _ACTIVE if record != self._stash_named]
 
@@ -512,6 +568,17 @@ class Recorder:
         # Inside forward the forward hook has not counted this call yet (the pre-hook has,
         # when there is no forward hook).
         self._eager.stash_named(reg, name, value, kind, counted=not self._outputs)
+
+    def _record_op(
+        self,
+        reg: Registration,
+        name: str,
+        value: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """Record a call of op `name` in `reg`'s `forward` (see `ops`)."""
+        self._eager.stash_named(reg, name, value, "op", not self._outputs, args, kwargs)
 
     # -- reading ---------------------------------------------------------------------
 

@@ -171,6 +171,7 @@ NOT_DEFAULT: dict[str, dict[str, Any]] = {
     "stash_value": {"stash_value": torch.Tensor.sum},
     "stash": {"stash": lambda event: None},
     "stats": {"stats": True},
+    "ops": {"ops": "softmax"},
     "capture": {"capture": "params"},
     "every": {"every": 2},
     "train_only": {"train_only": True},
