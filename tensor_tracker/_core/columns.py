@@ -27,7 +27,7 @@ columnar (copies of tensors, nested outputs, stashes a user's `stash=` built).
 import bisect
 import weakref
 from array import array
-from collections.abc import Callable, Iterable, Iterator, MutableSequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSequence, Sequence
 from typing import Any, NamedTuple, Protocol, overload
 
 import torch
@@ -75,9 +75,12 @@ class ValueStore(Protocol):
     """Keeps the values of single tensors in columns; a `StashValueFn` offering one (its
     `store()` method) has its values recorded without a Python object per record."""
 
-    def put(self, tensor: Tensor) -> int:
+    def put(
+        self, tensor: Tensor, attention: tuple[Sequence[Any], Mapping[str, Any]] | None = None
+    ) -> int:
         """Keep the value of `tensor` and return a reference (>= 0) to it; may raise, the
-        tracker then records the tensor another way."""
+        tracker then records the tensor another way. `attention`: the `(args, kwargs)` of
+        the attention call that returned `tensor` (see `StatsStore.put`)."""
 
     def get(self, ref: int) -> Any:
         """The value `put` returned `ref` for, as the stash function would have given it."""

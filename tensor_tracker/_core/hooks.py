@@ -258,6 +258,8 @@ class EagerHooks:
         flags = TRAINING if training else 0
         site = reg.site(kind, name)
         step = self._clock.step
-        self._record(site, call, step, flags, value, args, kwargs)
+        # An attention call's inputs also give `stats.attention_logits` its logits per head.
+        attention = kind == "op" and name.startswith("scaled_dot_product_attention#")
+        self._record(site, call, step, flags, value, args, kwargs, attention)
         if reg.grad:
             self.hook_grads(reg, site, call, step, flags, value)

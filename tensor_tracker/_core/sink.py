@@ -139,10 +139,13 @@ class RecordSink:
         value: Any,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
+        attention: bool = False,
     ) -> None:
         """Keep `value` as record (`site`, `call`, `step`, `flags`); with `TUPLE` in `flags`,
         `value` is the one gradient of a 1-tuple. `args`/`kwargs` are the inputs a user's
-        `stash=` sees in its `Event`."""
+        `stash=` sees in its `Event`; with `attention`, those of the
+        `scaled_dot_product_attention` call that returned `value`, from which
+        `stats.attention_logits` computes its statistics."""
         self.recorded = True
         if step == self._room_for:
             self._make_room()
@@ -160,7 +163,7 @@ class RecordSink:
             before = store.nbytes if budget is not None else 0
             try:
                 if tensor:
-                    ref = store.put(value)
+                    ref = store.put(value, (args, kwargs or {}) if attention else None)
                 else:  # e.g. attention's (output, None)
                     refs = tuple(None if v is None else store.put(v) for v in value)
             except _REFUSED as error:

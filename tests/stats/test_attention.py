@@ -286,6 +286,42 @@ def test_a_tracked_model_gets_the_columns_empty_on_module_records(tmp_path: Path
     assert loaded[NAMES[1]].map(len).tolist() == [0] * len(frame)
 
 
+class _MaskedAttention(nn.Module):
+    """Attention with an additive mask and grouped-query heads, as a model calls it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.kv = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        q = self.q(x).unflatten(-1, (4, 2)).transpose(1, 2)
+        k = self.kv(x).unflatten(-1, (2, 2)).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, k, attn_mask=mask, enable_gqa=True)
+        return out.transpose(1, 2).flatten(2)
+
+
+def test_op_records_of_attention_get_the_logits_per_head() -> None:
+    """`track(ops="scaled_dot_product_attention")` with the item: the op's record holds
+    each head's largest logit and mean entropy, as the materialised scores give them."""
+    torch.manual_seed(0)
+    model = _MaskedAttention()
+    x, mask = torch.randn(2, 5, 8), torch.randn(5, 5)
+    spec = [*stats.DEFAULT, stats.attention_logits()]
+    with track(model, stats=spec, ops="scaled_dot_product_attention") as t:
+        model(x, mask).sum().backward()
+    frame = t.to_frame()
+    op = frame[(frame["kind"] == "op") & ~frame["grad"]]
+    assert op["attr"].tolist() == ["scaled_dot_product_attention#0"]
+    with torch.no_grad():
+        q = model.q(x).unflatten(-1, (4, 2)).transpose(1, 2)
+        k = model.kv(x).unflatten(-1, (2, 2)).transpose(1, 2)
+    want = _reference(_scores(q, k, mask))
+    got = tuple(torch.tensor(op[name].iloc[0], dtype=torch.float64) for name in NAMES)
+    _check(got, want)  # type: ignore[arg-type]
+    others = frame.drop(op.index)  # module outputs and gradients: no attention call
+    assert others[NAMES[0]].map(len).tolist() == [0] * len(others)
+
+
 def test_the_spec_round_trips_through_json_and_merges_across_ranks() -> None:
     layout = stats.parse(["rms", stats.attention_logits(rows=16)]).layout
     back = spec_from_json(spec_to_json(layout.spec)).layout
