@@ -44,6 +44,9 @@ def reference(x: Tensor) -> dict[str, float]:
             "nonfinite": float(np.sum(~np.isfinite(a))),
             "zero_frac": float(np.sum(a == 0)) / n if n else math.nan,
             "sum": float(a.sum()),
+            "kurtosis": float(np.mean((a - a.mean()) ** 4) / np.mean((a - a.mean()) ** 2) ** 2)
+            if n
+            else math.nan,
         }
         for key, f in FORMATS.items():
             ref[f"{key}_overflow"] = float(np.sum(mag > f.max)) / n if n else math.nan
