@@ -130,6 +130,7 @@ PUBLIC: dict[str, list[str]] = {
         "combine",
         "compute",
         "formats",
+        "health",
         "histogram",
         "inexact_names",
         "parse",
