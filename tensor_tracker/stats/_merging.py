@@ -153,8 +153,14 @@ def combine_table(
 
 
 def _combine_m3_m4(
-    out: Tensor, rules: list[str], raw: Tensor, weight: Tensor, delta: Tensor, group: Tensor,
-    n: Tensor, bad: Tensor,
+    out: Tensor,
+    rules: list[str],
+    raw: Tensor,
+    weight: Tensor,
+    delta: Tensor,
+    group: Tensor,
+    n: Tensor,
+    bad: Tensor,
 ) -> None:
     """Fill `out`'s third and fourth central moments (per element) of each group from its
     parts': each part's sums of powers of deviations from its own mean, shifted by `delta`
