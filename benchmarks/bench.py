@@ -202,7 +202,7 @@ def configurations() -> dict[str, tuple[Factory, float | None]]:
             _MinimalHealth,
             None,
         ),
-        "  floor: minimal hooks, nothing computed": (_NoOpHooks, None),
+        "  floor of the health rows: minimal hooks, nothing computed": (_NoOpHooks, None),
     }
 
 
