@@ -17,6 +17,7 @@ import functools
 import gc
 import io
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from tensor_tracker._data.frame import type_name
 from tensor_tracker._persist import recording
 from tensor_tracker._persist.integrity import AppendFile
 from tensor_tracker.stats._blocking import BlocksFn
+from tensor_tracker.stats._kernels import cpu_moments4
 from tensor_tracker.stats._store import StatsStore
 
 # -- the plain reference implementation of the contract ------------------------------------
@@ -182,6 +184,25 @@ def configurations() -> dict[str, tuple[Factory, float | None]]:
             _MinimalChannelStats,
             None,
         ),
+        # Issue 39: the preset to leave on; every=N rows call step() after each step and
+        # compare total times over blocks of N pairs (see `blocked_ratios`).
+        "health preset (rms, abs_max, kurtosis), every=1": (
+            lambda m: tensor_tracker.track(m, stats=stats.health),
+            1.05,
+        ),
+        "health preset, every=10": (
+            lambda m: tensor_tracker.track(m, stats=stats.health, every=10),
+            1.01,
+        ),
+        "  health without kurtosis: stats=['rms', 'abs_max'], every=1": (
+            lambda m: tensor_tracker.track(m, stats=["rms", "abs_max"]),
+            None,
+        ),
+        "  floor: minimal hooks, health kernels (aminmax, float64 central moments)": (
+            _MinimalHealth,
+            None,
+        ),
+        "  floor of the health rows: minimal hooks, nothing computed": (_NoOpHooks, None),
     }
 
 
@@ -213,6 +234,34 @@ def paired_ratios(
     return ratios
 
 
+def blocked_ratios(
+    step_untracked: Callable[[], None], step_tracked: Callable[[], None], blocks: int, block: int
+) -> list[float]:
+    """`paired_ratios`' adjacent pairs, `block` pairs at a time: each block's total tracked
+    time over its total untracked time. With `every=block`, each block holds one recorded
+    step, so this is the average cost, where a median of single pairs would pick the
+    steps that record nothing."""
+    untracked_s: list[float] = []
+    tracked_s: list[float] = []
+
+    def timed(step: Callable[[], None], into: list[float]) -> Callable[[], None]:
+        def run() -> None:
+            start = time.perf_counter()
+            step()
+            into.append(time.perf_counter() - start)
+
+        return run
+
+    paired_ratios(
+        timed(step_untracked, untracked_s), timed(step_tracked, tracked_s), blocks * block
+    )
+    pairs = list(zip(untracked_s[1:], tracked_s[1:], strict=True))  # the first warms up
+    return [
+        sum(t for _, t in pairs[i : i + block]) / sum(u for u, _ in pairs[i : i + block])
+        for i in range(0, len(pairs), block)
+    ]
+
+
 def overhead_table(
     d_model: int, layers: int, batch: int, seq: int, pairs: int, only: str = ""
 ) -> None:
@@ -235,17 +284,23 @@ def overhead_table(
         if only not in name:
             continue
         with factory(tracked) as tracker:
+            every = _EVERY.search(name)
+            block = int(every.group(1)) if every else 0
 
-            def step_tracked(tracker: Any = tracker) -> None:
+            def step_tracked(tracker: Any = tracker, block: int = block) -> None:
                 tracker.stashes.clear()
                 train_step(tracked, x)
+                if block:
+                    tracker.step()
 
-            ratio = statistics.median(
-                paired_ratios(lambda: train_step(untracked, x), step_tracked, pairs)
-            )
+            untracked_step = functools.partial(train_step, untracked, x)
+            if block > 1:
+                ratios = blocked_ratios(untracked_step, step_tracked, pairs, block)
+            else:
+                ratios = paired_ratios(untracked_step, step_tracked, pairs)
+            ratio = statistics.median(ratios)
             count = len(tracker.stashes)
-            if type(tracker) in (_MinimalStats, _MinimalBlockStats, _MinimalChannelStats):
-                count //= 4  # four numbers per tensor
+            count //= getattr(tracker, "numbers_per_tensor", 1)
             held = f"{tracker.nbytes:,}" if isinstance(tracker, tensor_tracker.Tracker) else "-"
         if target is None:
             verdict = ""
@@ -305,6 +360,9 @@ def _training_step(tracker: Any, step: Callable[[nn.Module], None], model: nn.Mo
         tracker.step()
 
 
+_EVERY = re.compile(r"every=(\d+)")
+
+
 class _MinimalStats(_NoOpHooks):
     """The floor with the statistics kernels: the same three reductions and four numbers
     per tensor as `stats=True` on the CPU (sum, dot, aminmax), appended to a list from a
@@ -315,6 +373,8 @@ class _MinimalStats(_NoOpHooks):
         super().__init__(model)
         self.values: list[Any] = []
         self.stashes = self.values  # cleared before each step, like a tracker's
+
+    numbers_per_tensor = 4
 
     def _stats(self, tensor: Tensor) -> None:
         x = tensor.detach().reshape(-1)
@@ -370,9 +430,24 @@ class _MinimalChannelStats(_MinimalStats):
         self.vectors.append(x.abs().amax(dim=dims) if dims else x.abs())
 
 
+class _MinimalHealth(_MinimalStats):
+    """The floor of the health preset: the library's own kernels for `rms`, `abs_max` and
+    `kurtosis` on the CPU (`aminmax`, then `cpu_moments4`: the float64 central moments),
+    six numbers per tensor read back and kept, from `_MinimalStats`' hooks."""
+
+    numbers_per_tensor = 6
+
+    def _stats(self, tensor: Tensor) -> None:
+        x = tensor.detach().reshape(-1)
+        lo, hi = torch.aminmax(x)
+        self.values.extend((lo.item(), hi.item(), *cpu_moments4(x)))
+
+
 class _MinimalSums(_MinimalStats):
     """The floor of the tripwire row: one sum per tensor (what `stats=["sum"]` computes),
     read back and kept, from the same hooks as `_MinimalStats`."""
+
+    numbers_per_tensor = 1
 
     def _stats(self, tensor: Tensor) -> None:
         self.values.append(tensor.detach().sum().item())

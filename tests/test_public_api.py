@@ -134,6 +134,7 @@ PUBLIC: dict[str, list[str]] = {
         "combine",
         "compute",
         "formats",
+        "health",
         "histogram",
         "inexact_names",
         "parse",

@@ -13,6 +13,13 @@ Built-in statistic names (see `NAMES`):
 - `mean`, `std` (unbiased, like `torch.std`), `rms` (`sqrt(mean(x**2))`), `abs_mean`,
   `abs_max`, `min`, `max`, `numel`;
 - `nonfinite`: how many values are NaN or ±inf; `zero_frac`: fraction exactly zero;
+- `kurtosis`: `E[(x - mean)**4] / E[(x - mean)**2]**2`, 3 for a Gaussian, 1.8 for a
+  uniform distribution, large when a few values stand far out (outlier features before a
+  loss spike); NaN when the variance is 0 (a constant or one-element tensor). Computed
+  about the tensor's own mean in float64 (exact to float64 rounding however large the
+  mean is against the spread; on accelerators this needs two float64 temporaries of the
+  tensor's size, on the CPU a fixed 1 MiB buffer per thread); with it, `mean`, `std` and
+  `rms` come from the same float64 moments;
 - `sum`: one pass, the cheapest statistic: NaN or ±inf whenever the tensor holds a NaN or
   an infinity (and also when finite values sum beyond the reduction dtype, ~3.4e38 in
   float32), so `stats=["sum"]` is the cheapest recording `on_nonfinite=` can watch;
@@ -70,7 +77,13 @@ complex mean would not fit in a float column), and format fractions count `|z|` 
 each format's limits. Custom statistics receive the complex tensor itself.
 
 `BLOCK_NAMES` lists those block-format statistics; `DEFAULT` the names `stats=True` keeps;
-`NAMES` every built-in name. `Spec` is the type of what `parse` (and `track(stats=...)`)
+`NAMES` every built-in name. `health` is a preset to leave on over a whole run: `rms`,
+`abs_max` and `kurtosis`, i.e. each tensor's scale, its largest magnitude and its tails, from
+two kernels (`aminmax` and the central moments). Like any stats spec it applies to
+every record `capture=` asks for: `track(model, stats=stats.health, every=10)` watches
+module outputs and their gradients; with `capture=("outputs", "params")` the parameters
+and their gradients get the same three, and so does any other kind of record `capture=`
+adds (parameter updates, say). What it costs: `doc/benchmarks.md`. `Spec` is the type of what `parse` (and `track(stats=...)`)
 accepts: `True`, a name, a sequence of names, `("name", fn)` pairs, `Statistic` and
 `histogram(...)`, a mapping `{"name": fn}`, or a `StatsFn`.
 
@@ -149,6 +162,7 @@ from ._spec import (
     attention_logits,
     blocks,
     channel_dim,
+    health,
     histogram,
     per_channel,
     per_sample,
@@ -181,6 +195,7 @@ __all__ = [
     "combine",
     "compute",
     "formats",
+    "health",
     "histogram",
     "inexact_names",
     "parse",

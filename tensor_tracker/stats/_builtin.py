@@ -78,6 +78,8 @@ BUILTINS: dict[str, Builtin] = {
     "nonfinite": Builtin("nonfinite", lambda s: column(s["nonfinite"])),
     "zero_frac": Builtin("nonzero", lambda s: lambda r, n: (n - r[:, s["nonzero"]]) / n),
     "sum": Builtin("sum", lambda s: column(s["sum"])),
+    # m4 / m2**2; NaN when the variance is 0 (a constant or one-element tensor): 0 / 0.
+    "kurtosis": Builtin("moments4", lambda s: lambda r, n: r[:, s["m4"]] / r[:, s["std0"]] ** 4),
 }
 """Every built-in statistic except the number-format fractions, in `NAMES` order."""
 
@@ -122,6 +124,8 @@ def raw_plan(
         from_range = names & {"zero_frac", "nonfinite"}
         keys = range_keys(names)
     wanted = {BUILTINS[n].group for n in names if n in BUILTINS and n not in from_range}
+    if "moments4" in wanted:
+        wanted.discard("moments")  # its slots, mean and std0, are moments4's first two
     return [group for key, group in GROUPS.items() if key in wanted], from_range, keys
 
 

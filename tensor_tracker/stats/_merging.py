@@ -8,6 +8,8 @@ What combines exactly (up to float64 rounding):
   counts and sums;
 - `mean`, `std`, `rms`: element-weighted means and the parallel variance formula
   (Chan et al.), from each part's mean and spread;
+- `kurtosis`: likewise from each part's mean and second to fourth central moments
+  (Pébay's pairwise formulas, summed over the parts);
 - `min`, `max`, `abs_max`: the extremes of the extremes (NaN if any part holds NaN);
 - the block-format statistics: their squared errors, sums of squares and counts add up
   and `block_dynamic_range` is the largest of the parts', exact when each part holds
@@ -145,7 +147,38 @@ def combine_table(
         bad = torch.zeros(groups, dtype=F64).index_add_(0, group, spread * 0)
         out[:, m] = mean + bad
         out[:, s] = std0 + bad
+        if "m4" in rules:
+            _combine_m3_m4(out, rules, raw, weight, means - mean[group], group, n, bad)
     return out, n
+
+
+def _combine_m3_m4(
+    out: Tensor,
+    rules: list[str],
+    raw: Tensor,
+    weight: Tensor,
+    delta: Tensor,
+    group: Tensor,
+    n: Tensor,
+    bad: Tensor,
+) -> None:
+    """Fill `out`'s third and fourth central moments (per element) of each group from its
+    parts': each part's sums of powers of deviations from its own mean, shifted by `delta`
+    (its mean minus the group's) with the binomial expansion (Pébay, 2008); the first
+    power's sum is 0 about a part's own mean, so its terms drop out."""
+    present = weight > 0
+    m2, m3, m4 = (
+        torch.where(present, raw[:, rules.index(slot)], 0.0) for slot in ("std0", "m3", "m4")
+    )
+    m2 = m2.square()
+    d2 = delta.square()
+    parts = {
+        "m3": weight * (m3 + 3 * delta * m2 + delta * d2),
+        "m4": weight * (m4 + 4 * delta * m3 + 6 * d2 * m2 + d2.square()),
+    }
+    for slot, part in parts.items():
+        total = torch.zeros(n.shape[0], dtype=F64).index_add_(0, group, part)
+        out[:, rules.index(slot)] = total / n + bad
 
 
 def combine(stats: Sequence[Stats]) -> Stats:

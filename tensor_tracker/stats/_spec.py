@@ -33,6 +33,7 @@ __all__ = [
     "blocks",
     "channel_dim",
     "check_dim",
+    "health",
     "histogram",
     "parse_items",
     "per_channel",
@@ -53,6 +54,12 @@ NAMES: tuple[str, ...] = tuple(BUILTINS) + FORMAT_NAMES + BLOCK_NAMES
 DEFAULT: tuple[str, ...] = ("mean", "std", "rms", "abs_max", "min", "max", "numel")
 """What `stats=True` computes: mean/spread and min/max, two reductions on a GPU (`std_mean`,
 `aminmax`) and three vectorised passes on the CPU (`sum`, `dot`, `aminmax`)."""
+
+health: tuple[str, ...] = ("rms", "abs_max", "kurtosis")
+"""A preset cheap enough to leave on for a whole run (`track(model, stats=stats.health,
+every=10)`): each tensor's scale (`rms`), its largest magnitude (`abs_max`) and how
+heavy-tailed it is (`kurtosis`): two kernels, `aminmax` and the central moments, which
+also give `rms`."""
 
 HIST_EXTRAS = ("below", "above", "zero", "nonfinite", "rejected")
 """The extra counts of a histogram, named `<name>_<extra>`."""

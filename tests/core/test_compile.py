@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from tensor_tracker import Tracker, track
+from tensor_tracker import Tracker, stats, track
 from tensor_tracker._core.graph_sink import traces_gradients as graph_gradients
 from tests.helpers import batch, mlp, tiny_model
 
@@ -94,6 +94,31 @@ def test_forward_statistics_of_a_compiled_model_add_no_graph_break() -> None:
     _run(eager, eager_tracker, 3, backward=False, inputs=x)
     _same_records(tracker, eager_tracker)
     assert len(tracker) == 3 * 4  # three Linear/Tanh modules and the root, three steps
+
+
+def test_health_statistics_of_a_compiled_model_are_traced_and_match_eager() -> None:
+    # Issue 39: kurtosis's float64 central moments are traced into the compiled graphs
+    # (forward and backward) like the default statistics, with no graph break.
+    compiled = torch.compile(tiny_model(), backend="aot_eager")
+    tracker = track(compiled, stats=stats.health)
+    graphs = _run(compiled, tracker, 2, backward=True)
+    if graph_gradients():
+        assert _breaks() == 0
+        assert graphs[0] == graphs[-1]
+    eager = tiny_model()
+    eager_tracker = track(eager, stats=stats.health)
+    _run(eager, eager_tracker, 2, backward=True)
+    a, b = _comparable(tracker), _comparable(eager_tracker)
+    assert a[KEYS].values.tolist() == b[KEYS].values.tolist()
+    for column in stats.health:
+        assert torch.allclose(
+            torch.tensor(a[column].values),
+            torch.tensor(b[column].values),
+            rtol=1e-4,
+            atol=1e-5,
+            equal_nan=True,
+        ), column
+    assert a["kurtosis"].notna().any()
 
 
 def test_forward_statistics_of_many_calls_per_step_and_parameters_compile_once() -> None:

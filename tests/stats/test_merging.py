@@ -10,6 +10,7 @@ import torch
 
 from tensor_tracker import stats
 from tensor_tracker.errors import ArgumentValueError
+from tensor_tracker.stats._merging import combine_table
 
 # Block statistics depend on where the blocks fall, which concatenating 1-D parts moves;
 # tests/stats/test_blocking.py combines them from row shards.
@@ -46,8 +47,37 @@ def test_every_builtin_statistic_and_histogram_combines_exactly() -> None:
     assert stats.inexact_names(fn.layout) == ()
 
 
+def test_kurtosis_combines_exactly_across_parts_of_different_means_and_spreads() -> None:
+    # Issue 39: steps, calls and ranks of one tensor merge from their raw moments alone.
+    g = torch.Generator().manual_seed(1)
+    parts = [
+        1e4 + 1e-2 * torch.randn(1000, generator=g),
+        1e4 + 0.05 + 3e-2 * torch.randn(70_000, generator=g),
+        torch.zeros(0),
+        1e4 + 0.1 * torch.rand(5, generator=g),
+        torch.tensor([1e4 + 0.5]),
+    ]
+    fn = stats.parse(["mean", "std", "kurtosis"])
+    whole = torch.cat(parts).double()
+    d = whole - whole.mean()
+    want = ((d**4).mean() / (d**2).mean() ** 2).item()
+    combined = stats.combine([fn(p) for p in parts]).to_dict()
+    assert combined["kurtosis"] == pytest.approx(want, rel=1e-9)
+    assert combined["std"] == pytest.approx(whole.std().item(), rel=1e-9)
+    # Several groups at once, as `Tracker.combined` merges them (rows in any order).
+    raw = torch.stack([fn(p).raw for p in parts + parts[:2]])
+    numel = torch.tensor([float(p.numel()) for p in parts + parts[:2]], dtype=torch.float64)
+    group = torch.tensor([0, 0, 0, 0, 0, 1, 1])
+    out, n = combine_table(fn.layout, raw, numel, group, 2)
+    derived = fn.layout.derive(out, n)["kurtosis"]
+    pair = torch.cat(parts[:2]).double()
+    d = pair - pair.mean()
+    assert derived[0].item() == pytest.approx(want, rel=1e-9)
+    assert derived[1].item() == pytest.approx(((d**4).mean() / (d**2).mean() ** 2).item(), rel=1e-9)
+
+
 def test_non_finite_parts_combine_like_the_whole() -> None:
-    fn = stats.parse(["mean", "std", "min", "max", "nonfinite", "sum"])
+    fn = stats.parse(["mean", "std", "min", "max", "nonfinite", "sum", "kurtosis"])
     parts = [torch.tensor([1.0, math.nan]), torch.tensor([math.inf, -2.0]), torch.ones(3)]
     _assert_close(stats.combine([fn(p) for p in parts]).to_dict(), fn(torch.cat(parts)).to_dict())
 

@@ -44,6 +44,9 @@ def reference(x: Tensor) -> dict[str, float]:
             "nonfinite": float(np.sum(~np.isfinite(a))),
             "zero_frac": float(np.sum(a == 0)) / n if n else math.nan,
             "sum": float(a.sum()),
+            "kurtosis": float(np.mean((a - a.mean()) ** 4) / np.mean((a - a.mean()) ** 2) ** 2)
+            if n
+            else math.nan,
         }
         for key, f in FORMATS.items():
             ref[f"{key}_overflow"] = float(np.sum(mag > f.max)) / n if n else math.nan
@@ -163,14 +166,87 @@ def test_spread_of_huge_equal_values_is_zero_although_their_squares_overflow() -
     assert got["rms"] == pytest.approx(1e20, rel=1e-6)
 
 
+# --------------------------------------------------------------------------------------
+# kurtosis (issue 39)
+
+
+def float64_kurtosis(x: Tensor) -> float:
+    d = x.double() - x.double().mean()
+    return ((d**4).mean() / (d**2).mean() ** 2).item()
+
+
+@pytest.mark.parametrize("n", [100_000, 3 * 65_536 + 5], ids=["one-piece", "pieces"])
+def test_kurtosis_of_a_large_mean_and_a_tiny_spread_matches_float64(
+    n: int, device: torch.device
+) -> None:
+    # Float32 values ~1e4 apart by ~1e-2: moments about zero cancel every digit (E[x**4] is
+    # ~1e16, its central part ~1e-8); about the mean, in float64, nothing is lost.
+    x = 1e4 + 1e-2 * torch.randn(n, generator=torch.Generator().manual_seed(7))
+    want = float64_kurtosis(x)
+    fn = S.parse(["kurtosis", "std", "mean"])
+    got = fn(x.to(device)).to_dict()
+    assert got["kurtosis"] == pytest.approx(want, rel=1e-10)
+    assert got["std"] == pytest.approx(x.double().std().item(), rel=1e-10)
+    assert got["mean"] == pytest.approx(x.double().mean().item(), rel=1e-14)
+    # What a compiled graph computes (`graph_raw`: the device kernel, on every device).
+    traced = fn.graph_raw(x.to(device)).cpu()[None]
+    derived = fn.layout.derive(traced, torch.tensor([float(n)], dtype=torch.float64))
+    assert derived["kurtosis"].item() == pytest.approx(want, rel=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("values", "want"),
+    [
+        ([-1.0, 1.0] * 50, 1.0),  # two equal masses: m4 = m2**2
+        ([0.0] * 98 + [-10.0, 10.0], 50.0),  # m2 = 2, m4 = 200 (per 100 values)
+        ([3.0] * 10, math.nan),  # variance 0: 0 / 0
+        ([2.5], math.nan),
+        ([], math.nan),
+        ([1.0, math.nan, 2.0], math.nan),
+        ([1.0, math.inf, 2.0], math.nan),
+    ],
+    ids=["two-point", "outliers", "constant", "one-element", "empty", "nan", "inf"],
+)
+def test_kurtosis_edge_cases(values: list[float], want: float, device: torch.device) -> None:
+    got = S.compute(torch.tensor(values, device=device), ["kurtosis"])["kurtosis"].item()
+    assert got == pytest.approx(want, nan_ok=True, rel=1e-12)
+
+
+def test_kurtosis_of_a_gaussian_is_about_3_in_every_dtype() -> None:
+    x = torch.randn(200_000, generator=torch.Generator().manual_seed(8))
+    for dtype in FLOAT_DTYPES:
+        got = S.compute(x.to(dtype), ["kurtosis"])["kurtosis"].item()
+        assert got == pytest.approx(float64_kurtosis(x.to(dtype)), rel=1e-10), dtype
+        assert abs(got - 3.0) < 0.05, dtype
+
+
+def test_health_preset_records_scale_extremes_and_tails_of_outputs_and_gradients() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = torch.randn(32, 8, generator=torch.Generator().manual_seed(9))
+    outputs: dict[str, Tensor] = {}
+    for name, module in model.named_children():
+        module.register_forward_hook(lambda m, a, out, name=name: outputs.setdefault(name, out))
+    with tensor_tracker.track(model, stats=S.health) as t:
+        model(x).square().mean().backward()
+    frame = t.to_frame()
+    assert S.health == ("rms", "abs_max", "kurtosis")
+    assert list(frame.columns[-3:]) == list(S.health)
+    assert sorted(set(frame["grad"])) == [False, True]
+    for name, out in outputs.items():
+        row = frame[(frame["name"] == name) & ~frame["grad"]].iloc[0]
+        ref = reference(out)
+        for stat in S.health:
+            assert row[stat] == pytest.approx(ref[stat], rel=1e-6), (name, stat)
+
+
 @pytest.mark.parametrize("extra", [[], ["fp16_overflow"]], ids=["own-pass", "range-pass"])
 def test_nan_and_inf_inputs(extra: list[str], device: torch.device) -> None:
     x = torch.tensor([1.0, -2.0, math.nan, math.inf, -math.inf, 0.0, 3.0], device=device)
-    names = [*S.DEFAULT, "abs_mean", "nonfinite", "zero_frac", "sum", *extra]
+    names = [*S.DEFAULT, "abs_mean", "nonfinite", "zero_frac", "sum", "kurtosis", *extra]
     got = S.compute(x, names).to_dict()
     assert got["nonfinite"] == 3
     assert got["zero_frac"] == pytest.approx(1 / 7)
-    for name in ("mean", "std", "rms", "abs_mean", "min", "max", "abs_max", "sum"):
+    for name in ("mean", "std", "rms", "abs_mean", "min", "max", "abs_max", "sum", "kurtosis"):
         assert math.isnan(got[name]), name
     assert got["numel"] == 7
 
