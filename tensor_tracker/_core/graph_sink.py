@@ -35,9 +35,10 @@ __all__ = [
     "traces_gradients",
 ]
 
-Sink = Callable[[Tensor, int, int, int, int, int], None]
+Sink = Callable[[Tensor, int, int, int, int, int, int, int], None]
 """Receives what a traced hook passed to `emit`: (raw statistics, site, hook call id,
-element count, flags, what they are)."""
+element count, flags, what they are, and where the tensor was: its position in a tuple of
+that length, or -1 and 0: see `plan.graph_part`)."""
 
 _SINKS: dict[int, Sink] = {}
 _KEYS = itertools.count()
@@ -80,22 +81,38 @@ def mark_trace_constant(fn: Callable[[], int]) -> Callable[[], int]:
 
 
 def _emit(
-    raw: Tensor, sink: int, site: int, call_id: int, numel: int, flags: int, what: int
+    raw: Tensor,
+    sink: int,
+    site: int,
+    call_id: int,
+    numel: int,
+    flags: int,
+    what: int,
+    index: int = -1,
+    length: int = 0,
 ) -> None:
     found = _SINKS.get(sink)
     if found is not None:
-        found(raw, site, call_id, numel, flags, what)
+        found(raw, site, call_id, numel, flags, what, index, length)
 
 
 def _emit_fake(
-    raw: Tensor, sink: int, site: int, call_id: int, numel: int, flags: int, what: int
+    raw: Tensor,
+    sink: int,
+    site: int,
+    call_id: int,
+    numel: int,
+    flags: int,
+    what: int,
+    index: int = -1,
+    length: int = 0,
 ) -> None:
     return None
 
 
 def emit_op() -> Any:
-    """The operator `tensor_tracker::emit(raw, sink, site, call_id, numel, flags, what)
-    -> ()`, defined on first use (needs `can_emit()`)."""
+    """The operator `tensor_tracker::emit(raw, sink, site, call_id, numel, flags, what,
+    index=-1, length=0) -> ()`, defined on first use (needs `can_emit()`)."""
     global _OP
     if _OP is None:
         op = torch.library.custom_op("tensor_tracker::emit", _emit, mutates_args=())
