@@ -373,7 +373,9 @@ class Recorder:
     def step(self, n: int | None = None, *, kind: str = "default", keep: bool = True) -> None:
         """Advance to the next step (or to step `n`, for an x-axis of your choice such as
         epochs or tokens seen). Later stashes carry the new `step`; call indices restart.
-        With `every=N`, hooks are attached only during every N-th step.
+        With `every=N`, hooks are attached only during every N-th step (a compiled
+        model's stay attached, so that it does not recompile, and record nothing in the
+        other steps).
 
         `step`, `log` and `note` may be called from several threads (a logging thread, a
         callback): they take turns, and with `stream_to=` each step is written once, whole.
