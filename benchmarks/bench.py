@@ -1246,16 +1246,20 @@ def compiled_module_hooks(rounds: int, backend: str = "inductor") -> None:
     ratio is the median over rounds of (tracked step) / (untracked step of that round)."""
     from torch._dynamo.utils import counters
 
-    def model() -> nn.Module:
+    def model(i: int) -> nn.Module:
         torch.manual_seed(0)
         layer = nn.TransformerEncoderLayer(128, 4, 512, dropout=0.0, batch_first=True)
         encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        return nn.Sequential(nn.Linear(128, 128), encoder, nn.Linear(128, 128))
+        # A class of its own per model: Dynamo does not guard on hooks
+        # (`skip_nnmodule_hook_guards`), so three instances of one class would share the
+        # graph compiled first, with or without the hooks; its guard on the class does not.
+        cls = type(f"Model{i}", (nn.Sequential,), {})
+        return cls(nn.Linear(128, 128), encoder, nn.Linear(128, 128))  # type: ignore[no-any-return]
 
     torch.compiler.reset()
     counters.clear()
     x = torch.randn(16, 32, 128, generator=torch.Generator().manual_seed(0))
-    runs = [torch.compile(model(), backend=backend) for _ in range(3)]
+    runs = [torch.compile(model(i), backend=backend) for i in range(3)]
     trackers = [
         tensor_tracker.track(runs[1], stats=True),
         tensor_tracker.track(runs[2], stats=True, every=3),

@@ -157,7 +157,7 @@ class CompiledHooks:
                     emit(fn.graph_raw(grad), sink, site, call_id, grad.numel(), GRAD, _OUTPUT_GRAD)
                     return grad
 
-                tensor.register_hook(grad_hook)
+                tensor.register_hook(grad_hook)  # type: ignore[no-untyped-call]
                 base = stand_in(tensor)
                 if base is not None:
                     cut = view_replay(tensor, base)

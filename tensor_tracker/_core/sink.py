@@ -209,9 +209,9 @@ class RecordSink:
         columns = self.stashes
         store = columns.store
         assert store is not None
-        before = store.nbytes
-        ref = getattr(store, "put_raw")(raw, numel)  # noqa: B009 (a StatsStore's)
         budget = self._budget
+        before = store.nbytes if budget is not None else 0
+        ref = getattr(store, "put_raw")(raw, numel)  # noqa: B009 (a StatsStore's)
         if budget is not None:
             budget.count(columns, site, flags, store.nbytes - before)
         if length:
