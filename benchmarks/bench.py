@@ -1312,6 +1312,76 @@ def compile_cost(steps: int, backend: str, layers: int = 4, quick: bool = False)
     torch.compiler.reset()
 
 
+def compiled_module_hooks(rounds: int, backend: str = "inductor") -> None:
+    """Issue 37, item 4: the module hooks of a compiled model, against the untracked
+    compiled step of the same run. `nn.Sequential(Linear, TransformerEncoder(2 layers),
+    Linear)`, d_model 128, batch 16 x 32, a training step (forward, backward); one compiled
+    model untracked, one tracked with `stats=True`, one with `stats=True, every=3`, their
+    steps interleaved (U, T, E in each round) so that the machine's drift is shared; each
+    ratio is the median over rounds of (tracked step) / (untracked step of that round)."""
+    from torch._dynamo.utils import counters
+
+    def model(i: int) -> nn.Module:
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(128, 4, 512, dropout=0.0, batch_first=True)
+        encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        # A class of its own per model: Dynamo does not guard on hooks
+        # (`skip_nnmodule_hook_guards`), so three instances of one class would share the
+        # graph compiled first, with or without the hooks; its guard on the class does not.
+        cls = type(f"Model{i}", (nn.Sequential,), {})
+        return cls(nn.Linear(128, 128), encoder, nn.Linear(128, 128))  # type: ignore[no-any-return]
+
+    torch.compiler.reset()
+    counters.clear()
+    x = torch.randn(16, 32, 128, generator=torch.Generator().manual_seed(0))
+    runs = [torch.compile(model(i), backend=backend) for i in range(3)]
+    trackers = [
+        tensor_tracker.track(runs[1], stats=True),
+        tensor_tracker.track(runs[2], stats=True, every=3),
+    ]
+    times: list[list[float]] = [[], [], []]
+    graphs: list[int] = []
+    steps = [None, *trackers]
+    with trackers[0], trackers[1]:
+        for _ in range(rounds + 2):  # rounds 0 and 1: compiles (every=3's first skipped step)
+            for run, kept, tracker in zip(runs, times, steps, strict=True):
+                start = time.perf_counter()
+                run(x).square().mean().backward()
+                if tracker is not None:
+                    tracker.step()
+                kept.append(time.perf_counter() - start)
+            graphs.append(counters["stats"]["unique_graphs"])
+    breaks = sum(counters["graph_break"].values())
+    torch.compiler.reset()
+    untracked = times[0][2:]
+    print(
+        f"\n## Compiled module hooks ({backend}, Linear + TransformerEncoder(2 x d_model 128) + "
+        f"Linear, batch 16 x 32, training step, {rounds} rounds)\n"
+    )
+    print(f"untracked compiled step: median {statistics.median(untracked) * 1000:.2f} ms")
+    print(
+        f"graphs after the first 2 rounds: {graphs[1]}, at the end: {graphs[-1]}; "
+        f"graph breaks: {breaks}\n"
+    )
+    print("| configuration | median step | vs untracked compiled (target <= 1.10x) |")
+    print("|---|---|---|")
+    ratios = {
+        label: [t / u for t, u in zip(kept[2:], untracked, strict=True)]
+        for label, kept in (("compiled stats=True", times[1]), ("compiled every=3", times[2]))
+    }
+    for (label, kept), tracked in zip(ratios.items(), times[1:], strict=True):
+        ratio = statistics.median(kept)
+        print(
+            f"| {label} | {statistics.median(tracked[2:]) * 1000:.2f} ms | {ratio:.2f}x "
+            f"({'met' if ratio <= 1.10 else 'MISSED'}) |"
+        )
+    # every=3 records rounds 0, 3, 6, ...: the kept ratios start at round 2.
+    every = ratios["compiled every=3"]
+    recorded = statistics.median(every[1::3])
+    skipped = statistics.median(every[0::3] + every[2::3])
+    print(f"| compiled every=3, recorded / skipped steps | | {recorded:.2f}x / {skipped:.2f}x |")
+
+
 def main() -> None:
     # The plain reference's full-backward hooks warn that the input needs no gradient.
     warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
@@ -1392,8 +1462,10 @@ def main() -> None:
         # --quick: Dynamo's tracing alone (graph breaks, no inductor code generation).
         if args.quick:
             compile_cost(2, "eager", layers=1, quick=True)
+            compiled_module_hooks(3, "eager")
         else:
             compile_cost(20, "inductor")
+            compiled_module_hooks(args.pairs)
 
 
 if __name__ == "__main__":

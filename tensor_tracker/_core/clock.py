@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Clock"]
 
@@ -41,6 +42,24 @@ class Clock:
     def recording(self) -> bool:
         """Whether the current step is recorded (every N-th step of its kind)."""
         return self._index % self._every_of(self.kind) == 0
+
+    def gate(self, hook: Callable[..., Any]) -> Callable[..., None]:
+        """`hook`, called only while the current step is recorded: for the hooks that stay
+        attached through the steps `every=` skips (a compiled model's: detaching them
+        would recompile it).
+
+        Example:
+            >>> clock, seen = Clock(lambda kind: 2), []
+            >>> hook = clock.gate(seen.append)
+            >>> hook(0); clock.advance(None, "default"); hook(1); seen
+            [0]
+        """
+
+        def gated(*args: Any) -> None:
+            if self.recording:
+                hook(*args)
+
+        return gated
 
     def advance(self, n: int | None, kind: str) -> None:
         """Begin the next step: number `n` (default: this one's plus 1), of `kind`."""

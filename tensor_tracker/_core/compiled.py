@@ -25,7 +25,7 @@ from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
 from .grad_hooks import stand_in, view_replay
 from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
-from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, graph_route
+from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, graph_part, graph_route
 from .registrations import Registration
 from .sink import RecordSink
 
@@ -130,8 +130,10 @@ class CompiledHooks:
             return number
 
         traced_call = mark_trace_constant(traced_call)
-        # `torch.compiler.disable`: what the traced hook calls, behind a graph break.
-        eager = cast(Callable[..., None], torch.compiler.disable(self._eager_hook(reg)))  # type: ignore[no-untyped-call]
+        # `torch.compiler.disable`: what the traced hook calls, behind a graph break; it
+        # stays attached through the steps `every=` skips, as the hook does.
+        eager_hook = self._clock.gate(self._eager_hook(reg))
+        eager = cast(Callable[..., None], torch.compiler.disable(eager_hook))  # type: ignore[no-untyped-call]
 
         def hook(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -143,6 +145,10 @@ class CompiledHooks:
             if what == EAGER:
                 eager(module, args, kwargs, output)
                 return
+            # `output` itself, or the one tensor of a tuple such as attention's
+            # `(output, None)`: traced, not sent the eager way behind a graph break.
+            tensor, index, length = graph_part(output)
+            assert tensor is not None  # graph_route said so
             call_id = traced_call()  # a constant in the compiled graph
             if what == HOOKED_OUTPUT:
                 # Both return the gradient unchanged: under compiled autograd a hook that
@@ -151,10 +157,10 @@ class CompiledHooks:
                     emit(fn.graph_raw(grad), sink, site, call_id, grad.numel(), GRAD, _OUTPUT_GRAD)
                     return grad
 
-                output.register_hook(grad_hook)
-                base = stand_in(output)
+                tensor.register_hook(grad_hook)  # type: ignore[no-untyped-call]
+                base = stand_in(tensor)
                 if base is not None:
-                    cut = view_replay(output, base)
+                    cut = view_replay(tensor, base)
 
                     def base_hook(grad: Tensor) -> Tensor:
                         part = cut(grad)
@@ -165,7 +171,17 @@ class CompiledHooks:
 
                     base.register_hook(base_hook)  # type: ignore[no-untyped-call]
             flags = TRAINING if training else 0
-            emit(fn.graph_raw(output), sink, site, call_id, output.numel(), flags, what)
+            emit(
+                fn.graph_raw(tensor),
+                sink,
+                site,
+                call_id,
+                tensor.numel(),
+                flags,
+                what,
+                index,
+                length,
+            )
 
         return hook
 
@@ -216,13 +232,29 @@ class CompiledHooks:
         }
 
     def _deliver(
-        self, raw: Tensor, site: int, call_id: int, numel: int, flags: int, what: int
+        self,
+        raw: Tensor,
+        site: int,
+        call_id: int,
+        numel: int,
+        flags: int,
+        what: int,
+        index: int,
+        length: int,
     ) -> None:
         """Record statistics that a `forward_hook` computed in a compiled graph, as the
         graph runs. A forward call is numbered here, in the order the graph runs the hooks;
         a gradient belongs to the latest run of the traced hook call (`site`, `call_id`)
-        whose gradient has not come yet in this backward pass."""
+        whose gradient has not come yet in this backward pass.
+
+        The graphs compute the statistics at every step and `every=` decides here, at run
+        time, which steps keep them: the hooks stay attached and the graphs the same
+        whether a step is recorded or not, so changing between them recompiles nothing
+        (a Python branch in the hook would be a guard, and detaching the hooks a
+        recompile)."""
         clock = self._clock
+        if not clock.recording:
+            return
         if what == _PARAM:
             if self._param_steps.get(site) != clock.count:
                 self._param_steps[site] = clock.count
@@ -232,7 +264,7 @@ class CompiledHooks:
             reg = self._site_regs[site]
             call = reg.calls
             reg.calls = call + 1
-            self._sink.put_raw(site, call, clock.step, flags, raw, numel)
+            self._sink.put_raw(site, call, clock.step, flags, raw, numel, index, length)
             if what == HOOKED_OUTPUT:
                 entry = _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)
                 recent = self._awaiting.setdefault((site, call_id), [])

@@ -5,7 +5,8 @@ what is captured and what torch can do; `ModuleFacts`: the module's gradient fla
 parameters) by `plan_hooks`, into a `HookPlan` that `Recorder` applies. What to do with a
 value a hook sees is decided per call by the functions below, which read only the value's
 structure: `grad_targets` (which tensors of an output get gradient hooks),
-`graph_route` (whether the compiled path can record an output in its graph),
+`graph_route` (whether the compiled path can record an output in its graph) and
+`graph_part` (which tensor of it),
 `recorded_inputs` (which arguments are recorded) and `optimizer_states` (which optimizer
 state is). The rule for a view whose gradient goes around it is `grad_hooks.stand_in`.
 None of them runs a model; `tests/core/test_plan.py` checks them on plain descriptions.
@@ -29,6 +30,7 @@ __all__ = [
     "ModuleFacts",
     "Setting",
     "grad_targets",
+    "graph_part",
     "graph_route",
     "optimizer_states",
     "plan_hooks",
@@ -170,24 +172,51 @@ HOOKED_OUTPUT = 1
 """`graph_route`: as `OUTPUT`, and the output's gradient is hooked in the graph."""
 
 
+def graph_part(output: Any) -> tuple[Tensor | None, int, int]:
+    """The tensor of `output` a compiled graph records, its position and the length of the
+    tuple holding it: `(output, -1, 0)` for a tensor; `(tensor, i, n)` for a tuple of `n`
+    holding one tensor, at `i`, and `None`s (attention's `(output, None)`, recorded as the
+    eager path records it: one record of the tuple); `(None, -1, 0)` for anything else.
+
+    Example:
+        >>> x = torch.ones(2)
+        >>> graph_part(x)[1:], graph_part((x, None))[1:], graph_part((x, x))
+        ((-1, 0), (0, 2), (None, -1, 0))
+    """
+    if isinstance(output, Tensor):
+        return output, -1, 0
+    if type(output) is not tuple:
+        return None, -1, 0
+    found: Tensor | None = None
+    index = -1
+    for i, item in enumerate(output):
+        if isinstance(item, Tensor) and found is None:
+            found, index = item, i
+        elif item is not None:
+            return None, -1, 0
+    return (found, index, len(output)) if found is not None else (None, -1, 0)
+
+
 def graph_route(output: Any, grad: bool) -> int:
-    """How a compiled model's hook records `output` (`grad`: its gradient is wanted).
+    """How a compiled model's hook records `output` (`grad`: its gradient is wanted): the
+    tensor `graph_part` finds in it.
 
     A non-tensor or empty output cannot be recorded in the graph; nor can a leaf whose
     gradient is wanted (a module returning a parameter or its input): a hook on it would
     be registered for good, outside the graph.
 
     Example:
-        >>> graph_route((torch.ones(2),), True), graph_route(torch.ones(2), True)
-        (-1, 0)
-        >>> graph_route(torch.ones(2, requires_grad=True) * 2, True)
+        >>> graph_route(torch.ones(2), True), graph_route({"a": torch.ones(2)}, True)
+        (0, -1)
+        >>> graph_route((torch.ones(2, requires_grad=True) * 2, None), True)
         1
     """
-    if not isinstance(output, Tensor) or output.numel() == 0:
+    tensor = graph_part(output)[0]
+    if tensor is None or tensor.numel() == 0:
         return EAGER
-    if not (grad and output.requires_grad):
+    if not (grad and tensor.requires_grad):
         return OUTPUT
-    return EAGER if output.is_leaf else HOOKED_OUTPUT
+    return EAGER if tensor.is_leaf else HOOKED_OUTPUT
 
 
 def recorded_inputs(

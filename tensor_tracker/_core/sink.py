@@ -193,18 +193,36 @@ class RecordSink:
         self._pending_copies = self._non_blocking
         columns.add_object(site, call, step, flags, kept)
 
-    def put_raw(self, site: int, call: int, step: int, flags: int, raw: Tensor, numel: int) -> None:
+    def put_raw(
+        self,
+        site: int,
+        call: int,
+        step: int,
+        flags: int,
+        raw: Tensor,
+        numel: int,
+        index: int = -1,
+        length: int = 0,
+    ) -> None:
         """Keep statistics a compiled graph computed (`graph_stats.graph_raw` of a tensor of
-        `numel` elements) as record (`site`, `call`, `step`, `flags`)."""
+        `numel` elements) as record (`site`, `call`, `step`, `flags`); with a `length`, of
+        the tensor at `index` of a tuple of `length` otherwise `None` (as `record` keeps
+        attention's `(output, None)`)."""
         self.recorded = True
-        store = self.stashes.store
+        columns = self.stashes
+        store = columns.store
         assert store is not None
-        before = store.nbytes
-        ref = getattr(store, "put_raw")(raw, numel)  # noqa: B009 (a StatsStore's)
         budget = self._budget
+        before = store.nbytes if budget is not None else 0
+        ref = getattr(store, "put_raw")(raw, numel)  # noqa: B009 (a StatsStore's)
         if budget is not None:
-            budget.count(self.stashes, site, flags, store.nbytes - before)
-        self.stashes.add(site, call, step, flags, ref)
+            budget.count(columns, site, flags, store.nbytes - before)
+        if length:
+            refs: list[int | None] = [None] * length
+            refs[index] = ref
+            columns.add_object(site, call, step, flags | REFS, tuple(refs))
+        else:
+            columns.add(site, call, step, flags, ref)
 
     def _record_custom(
         self,

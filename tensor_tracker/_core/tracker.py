@@ -79,6 +79,11 @@ def _weak_call(method: Callable[[], None]) -> Callable[[], None]:
     return call
 
 
+def _as_is(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """`hook` itself: an eager model's hooks are detached in the steps `every=` skips."""
+    return hook
+
+
 _R = TypeVar("_R", bound="Recorder")
 
 
@@ -425,7 +430,9 @@ class Recorder:
     def step(self, n: int | None = None, *, kind: str = "default", keep: bool = True) -> None:
         """Advance to the next step (or to step `n`, for an x-axis of your choice such as
         epochs or tokens seen). Later stashes carry the new `step`; call indices restart.
-        With `every=N`, hooks are attached only during every N-th step.
+        With `every=N`, hooks are attached only during every N-th step (a compiled
+        model's stay attached, so that it does not recompile, and record nothing in the
+        other steps).
 
         `step`, `log` and `note` may be called from several threads (a logging thread, a
         callback): they take turns, and with `stream_to=` each step is written once, whole.
@@ -470,7 +477,9 @@ class Recorder:
             self._regs.restart_calls()
             if self.recording and not self._attached:
                 self._attach_all()
-            elif not self.recording:
+            elif not self.recording and not self._regs.compiled:
+                # A compiled model's hooks stay: detaching them would recompile it, twice
+                # per recorded step; they record nothing while `recording` is false.
                 self._detach()
             self._ending = None
 
@@ -512,9 +521,12 @@ class Recorder:
     def _attach(self, reg: Registration) -> None:
         """Attach the hooks `plan_hooks` decides for `reg`'s module."""
         handles = self._regs.handles
+        # A compiled model's hooks stay attached through the steps `every=` skips (see
+        # `step`): the eager ones among them check that the step is recorded.
+        gate = self._clock.gate if self._regs.compiled else _as_is
         if not self._attached:
             if self._optimizer is not None:
-                hook = self._eager.optimizer_hook(self._regs)
+                hook = gate(self._eager.optimizer_hook(self._regs))
                 handles.append(self._optimizer.register_step_post_hook(hook))
                 if self._updates is not None:
                     handles += self._updates.attach(self._optimizer, self._regs)
@@ -534,14 +546,16 @@ class Recorder:
             if plan.forward == "graph":
                 hook = self._graph.forward_hook(reg)
             else:
-                hook = self._eager.forward_hook(reg)
+                hook = gate(self._eager.forward_hook(reg))
                 if plan.forward == "untraced":
                     hook = untraced(hook)
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
         if plan.pre == "graph":
             handles.append(module.register_forward_pre_hook(self._graph.param_hook(reg)))
         elif plan.pre is not None:
-            pre_hook = self._eager.pre_hook(reg, self._inputs, self._params, not self._outputs)
+            pre_hook = gate(
+                self._eager.pre_hook(reg, self._inputs, self._params, not self._outputs)
+            )
             if plan.pre == "untraced":
                 pre_hook = untraced(pre_hook)
             handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
@@ -549,7 +563,7 @@ class Recorder:
             self._ops.attach(module, reg)
         params = dict(reg.params)
         for attr in plan.param_grads:
-            hook = self._eager.param_grad_hook(reg, attr)
+            hook = gate(self._eager.param_grad_hook(reg, attr))
             handles.append(params[attr].register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]
 
     def _detach(self) -> None:
@@ -564,6 +578,8 @@ class Recorder:
     def _stash_named(self, name: str, value: Any, frame: Any, kind: Kind) -> None:
         """Record `value` for `stash`, under the innermost registered module whose
         `forward` is on the call stack from `frame` up."""
+        if not self.recording:  # a compiled model's step that `every=` skips
+            return
         reg = self._regs.innermost(frame)
         # Inside forward the forward hook has not counted this call yet (the pre-hook has,
         # when there is no forward hook).

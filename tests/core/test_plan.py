@@ -13,6 +13,7 @@ from tensor_tracker._core.plan import (
     ModuleFacts,
     Setting,
     grad_targets,
+    graph_part,
     graph_route,
     optimizer_states,
     plan_hooks,
@@ -111,8 +112,24 @@ def test_where_a_compiled_hook_records_an_output() -> None:
     # A hook on a leaf would outlive the graph; a non-tensor or empty output has no graph
     # statistics: both go the eager way.
     assert graph_route(leaf, grad=True) == EAGER
-    assert graph_route((made,), grad=True) == EAGER
     assert graph_route(torch.ones(0), grad=False) == EAGER
+    # A tuple of one tensor and Nones (attention's `(output, None)`) is recorded in the
+    # graph as that tensor; any other structure is not.
+    assert graph_route((made, None), grad=True) == HOOKED_OUTPUT
+    assert graph_route((None, made.detach()), grad=True) == OUTPUT
+    assert graph_route((None, leaf), grad=True) == EAGER
+    assert graph_route((made, made), grad=False) == EAGER
+    assert graph_route([made], grad=False) == EAGER
+    assert graph_route((None,), grad=False) == EAGER
+
+
+def test_which_tensor_of_an_output_a_compiled_hook_records() -> None:
+    x = torch.ones(2)
+    assert graph_part(x) == (x, -1, 0)
+    assert graph_part((None, x, None)) == (x, 1, 3)
+    assert graph_part((x,)) == (x, 0, 1)
+    for other in ((x, x), (x, 1), [x], {"a": x}, (None,), ()):
+        assert graph_part(other) == (None, -1, 0)
 
 
 def test_which_inputs_are_recorded_and_under_which_names() -> None:
