@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import math
 import numbers
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -14,6 +15,7 @@ from torch import Tensor
 from .._optional import require
 from .._validate import check_int, check_type
 from ..errors import ArgumentValueError
+from ..stats import NAMES
 from .frame import holds_copies, recording_frame, to_frame
 
 if TYPE_CHECKING:
@@ -315,7 +317,7 @@ def _quantities(frame: pandas.DataFrame, stashes: Sequence[Any]) -> list[_Series
     for stat in SCALAR_STATS:
         if stat in frame.columns:
             columns[stat] = pd.to_numeric(frame[stat], errors="coerce").to_numpy(np.float64)
-        elif copies and stat != "kurtosis":
+        elif copies and stat in NAMES:  # computed from the copies
             columns[stat] = to_frame(stashes, stat=stat, stat_name=stat)[stat].to_numpy(np.float64)
     for stat in VECTOR_STATS:
         if stat in frame.columns:
@@ -373,16 +375,21 @@ def _largest(value: Any) -> float:
     return float(np.nanmax(array))
 
 
-def _baseline(past: numpy.ndarray) -> tuple[float, float] | None:
-    """Median and robust spread of a quantity's recent history (its finite values), the
-    spread at least `FLOOR` of the level; None with fewer than `MIN_HISTORY` values."""
+def _baselines(values: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """For each entry of `values`, the median and robust spread of the `WINDOW` entries
+    before it (their finite values), the spread at least `FLOOR` of the level; the median
+    is NaN where fewer than `MIN_HISTORY` of them are finite. One pass over all steps."""
     np = require("numpy", "pandas")
-    past = past[np.isfinite(past)]
-    if len(past) < MIN_HISTORY:
-        return None
-    centre = float(np.median(past))
-    spread = 1.4826 * float(np.median(np.abs(past - centre)))
-    return centre, max(spread, FLOOR * abs(centre), 1e-30)
+    finite = np.where(np.isfinite(values), values, np.nan)
+    past = np.concatenate([np.full(WINDOW, np.nan), finite[:-1]])
+    windows = np.lib.stride_tricks.sliding_window_view(past, WINDOW)  # row i: the W before i
+    enough = np.isfinite(windows).sum(axis=1) >= MIN_HISTORY
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the rows without a finite value
+        centre = np.nanmedian(windows, axis=1)
+        spread = 1.4826 * np.nanmedian(np.abs(windows - centre[:, None]), axis=1)
+    spread = np.maximum(np.maximum(spread, FLOOR * np.abs(centre)), 1e-30)
+    return np.where(enough, centre, np.nan), spread
 
 
 def _departure(values: numpy.ndarray) -> tuple[int, float, float, float] | None:
@@ -393,19 +400,17 @@ def _departure(values: numpy.ndarray) -> tuple[int, float, float, float] | None:
     went there, `|log|, (|value| + spread) / (|centre| + spread)`, at most `MAX_SIZE`), or
     None when it never left."""
     np = require("numpy", "pandas")
-    for i in range(MIN_HISTORY, len(values)):
-        base = _baseline(values[max(0, i - WINDOW) : i])
-        if base is None:
-            continue
-        centre, spread = base
-        z = (values[i:] - centre) / spread
-        z = np.where(np.isnan(z), np.inf, z)
-        out = (np.sign(z[0]) * z > ONSET) | np.isinf(z)
-        if abs(z[0]) > DEPARTURE and out.all():
-            value = abs(float(values[i]))
-            ratio = (value + spread) / (abs(centre) + spread)
+    centres, spreads = _baselines(values)
+    with np.errstate(invalid="ignore"):
+        z = np.where(np.isnan(values), np.inf, (values - centres) / spreads)
+    for i in np.flatnonzero(~np.isnan(centres) & (np.abs(z) > DEPARTURE)):
+        centre, spread = float(centres[i]), float(spreads[i])
+        later = (values[i:] - centre) / spread
+        later = np.where(np.isnan(later), np.inf, later)
+        if ((np.sign(later[0]) * later > ONSET) | np.isinf(later)).all():
+            ratio = (abs(float(values[i])) + spread) / (abs(centre) + spread)
             size = abs(math.log(ratio)) if math.isfinite(ratio) else MAX_SIZE
-            return i, centre, spread, min(size, MAX_SIZE)
+            return int(i), centre, spread, min(size, MAX_SIZE)
     return None
 
 
