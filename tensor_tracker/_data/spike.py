@@ -283,7 +283,7 @@ def _prefix(kind: str, grad: bool) -> str:
 def _phase(kind: str, grad: bool) -> int:
     if grad:
         return _BACKWARD
-    return _UPDATE if kind in ("update", "param", "optimizer") else _FORWARD
+    return _UPDATE if kind in ("update", "update_ratio", "param", "optimizer") else _FORWARD
 
 
 class _Series(NamedTuple):
@@ -520,7 +520,9 @@ def explain_spike(recording: Any, loss: Any, step: int | None = None) -> Explana
         recording: a `Tracker` (also one read back by `tensor_tracker.load`, from a run
             that crashed or was killed) or a list of `Stash`, recorded over training steps
             (`tracker.step()` after each) with statistics (`stats=True`) or full copies;
-            `capture=("outputs", "params")` without `stats=` adds the updates' sizes.
+            records of any kind are read (an update record, `kind="update"`, gives
+            `update_rms`), and `capture=("outputs", "params")` without `stats=` gives
+            `update_rms` from the parameters' copies.
         loss: the loss of each step: a list, 1-D array or tensor (the loss of step i at
             index i), or `{step: loss}`.
         step: the spike to explain; default: the largest spike found in `loss`.
