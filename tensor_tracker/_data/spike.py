@@ -421,15 +421,21 @@ def _ranked(
 
     Ranked in four bands (the integer part of the score), then by time. Values and updates
     come before gradients: a gradient that moves follows from a loss that moved, which
-    follows from a value or an update that moved, often within the noise at first. In each,
+    follows from a value or an update that moved, often within the noise at first; an
+    update that moved at or after the first gradient that moved is ranked with the
+    gradients (the optimizer computed it from them). In each,
     a quantity that moved less than `SIGNIFICANT` of the farthest (in log factor) comes
     after the others: batch-to-batch noise of a statistic with heavy tails (`abs_max`) can
     stay out for a few steps, but by a smaller factor than a real cause. Within
     a band, earlier is first: the step, then the forward before the backward before the
     update, modules in the order they ran; then how far it moved (the factor)."""
+    # An update computed from gradients that had already moved follows from them too.
+    moved_grads = [step for series, step, _, _ in moved if series.phase == _BACKWARD]
+    echo = min(moved_grads, default=spike + 1)
+    follows = [m[0].phase == _BACKWARD or (m[0].phase == _UPDATE and m[1] >= echo) for m in moved]
     bands: list[tuple[float, Cause, Trace]] = []
     for kind in (False, True):
-        members = [k for k, m in enumerate(moved) if (m[0].phase == _BACKWARD) == kind]
+        members = [k for k in range(len(moved)) if follows[k] == kind]
         largest = max((sizes[k] for k in members), default=0.0)
         for k in members:
             series, step, within, trace = moved[k]
