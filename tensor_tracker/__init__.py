@@ -13,7 +13,8 @@ What a notebook imports (every other module is private, `_`-prefixed):
   or streamed recording; `stash` records a tensor by name (e.g. inside a `forward`),
   `tap` too, numbered within each module call.
 - `compare`, `compare_models`: where two runs differ; `diagnose`: what looks wrong;
-  `first_nonfinite`: where a NaN or infinity appeared; `sample_values`, `sample_stats`: one
+  `first_nonfinite`: where a NaN or infinity appeared; `explain_spike`: what moved first
+  before a loss spike; `sample_values`, `sample_stats`: one
   batch item's values, the outlier sample; `to_frame`: a table of stashes.
 - `summary`, `module_graph`, `autograd_graph`, `graph_view`, `report`: the model's layers,
   its graphs, an HTML page of a recording.
@@ -50,6 +51,7 @@ from ._data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from ._data.frame import to_frame
 from ._data.nonfinite import NonFinite, first_nonfinite
 from ._data.samples import SampleStats, SampleValues, sample_stats, sample_values
+from ._data.spike import Cause, Explanation, explain_spike
 from ._probe.autograd_graph import AutogradGraph, autograd_graph
 from ._probe.graph import ModuleGraph, module_graph
 from ._probe.summary import ModuleCall, Summary, summary
@@ -59,11 +61,13 @@ from .stats import Stats, formats
 
 __all__ = [
     "AutogradGraph",
+    "Cause",
     "Comparison",
     "CopyValue",
     "Diagnosis",
     "Divergence",
     "Event",
+    "Explanation",
     "Finding",
     "GraphView",
     "Kind",
@@ -89,6 +93,7 @@ __all__ = [
     "diagnose",
     "diagnosis_stats",
     "errors",
+    "explain_spike",
     "export",
     "first_nonfinite",
     "formats",

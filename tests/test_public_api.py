@@ -23,11 +23,13 @@ MAX_PUBLIC_NAMES = 150
 PUBLIC: dict[str, list[str]] = {
     "tensor_tracker": [
         "AutogradGraph",
+        "Cause",
         "Comparison",
         "CopyValue",
         "Diagnosis",
         "Divergence",
         "Event",
+        "Explanation",
         "Finding",
         "GraphView",
         "Kind",
@@ -53,6 +55,7 @@ PUBLIC: dict[str, list[str]] = {
         "diagnose",
         "diagnosis_stats",
         "errors",
+        "explain_spike",
         "export",
         "first_nonfinite",
         "formats",
@@ -111,6 +114,7 @@ PUBLIC: dict[str, list[str]] = {
         "module_graph",
         "sample_plot",
         "scale_plot",
+        "spike_plot",
         "umap_plot",
     ],
     "tensor_tracker.stats": [

@@ -6,7 +6,6 @@ import dataclasses
 import html
 import itertools
 import math
-import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,13 +13,14 @@ import torch
 from torch import Tensor
 
 from .._optional import require
-from .._validate import check_int, check_number, check_type
+from .._validate import check_number, check_type
 from ..errors import ArgumentValueError
 from ..stats import DEFAULT, PerAxis, Statistic, per_channel
 from ..stats.formats import BLOCK_FORMATS, FORMATS
 from .channels import DEFAULT_OUTLIER_RATIO, outlier_channels, table_of_frame
 from .frame import holds_copies, recording_frame, to_frame
 from .nonfinite import first_nonfinite
+from .spike import explain_frame, loss_series, loss_spikes, param_updates, worst_spike
 
 if TYPE_CHECKING:
     import pandas
@@ -570,20 +570,13 @@ def _copied_update_ratios(rec: _Recording) -> list[tuple[float, str, int]] | str
             "skipped: parameters recorded as statistics; updates need copies "
             "(capture='params' without stats=) or capture='updates'"
         )
-    by_param: dict[tuple[str, str], list[tuple[int, Tensor]]] = {}
-    names, attrs, steps = (frame[c].to_numpy() for c in ("name", "attr", "step"))
-    for row in rows:
-        value = rec.stashes[int(row)].value
-        if isinstance(value, Tensor):
-            key = (str(names[row]), str(attrs[row]))
-            by_param.setdefault(key, []).append((int(steps[row]), value))
-    ratios: list[tuple[float, str, int]] = []
-    for (name, attr), history in by_param.items():
-        for (step, before), (_, after) in itertools.pairwise(history):
-            size = float(before.double().square().mean().sqrt())
-            if size > 0:
-                change = float((after.double() - before.double()).square().mean().sqrt())
-                ratios.append((change / size, _subject(name, "param", attr), step))
+    updates = param_updates(frame, rec.stashes)
+    ratios = [
+        (change / size, _subject(name, "param", attr), step)
+        for (name, attr), history in updates.items()
+        for step, change, size in history
+        if size > 0
+    ]
     return ratios or "skipped: parameters recorded in fewer than two steps"
 
 
@@ -661,52 +654,38 @@ def _check_outlier_channels(rec: _Recording, k: float, found: list[Finding]) -> 
     )
 
 
-def _check_loss_values(loss: Any) -> None:
-    """`loss` must be numbers (a list, or `{step: value}` with int steps)."""
-    what = "the loss per step: a list of numbers or {step: number}"
-    if isinstance(loss, (str, bytes)) or not isinstance(loss, (Sequence, Mapping)):
-        check_type(loss, (list, tuple, dict), "diagnose(loss=...)", what)
-    items = loss.items() if isinstance(loss, Mapping) else enumerate(loss)
-    for step, value in items:
-        check_int(step, "diagnose(loss=...) step", f"an int step ({what})")
-        if not isinstance(value, (numbers.Real, Tensor)) or isinstance(value, bool):
-            check_type(value, float, "diagnose(loss=...) value", f"a number ({what})")
-
-
 def _check_loss(
-    loss: Sequence[float] | Mapping[int, float], spike: float, found: list[Finding]
+    rec: _Recording, steps: Any, values: Any, spike: float, found: list[Finding]
 ) -> str:
-    np = require("numpy", "pandas")
-    items = sorted(loss.items()) if isinstance(loss, Mapping) else list(enumerate(loss))
-    steps = np.array([s for s, _ in items], dtype=np.int64)
-    values = np.array([float(v) for _, v in items], dtype=np.float64)
-    window = 20
-    spikes: list[tuple[int, float, float]] = []
-    for i in range(5, len(values)):
-        past = values[max(0, i - window) : i]
-        past = past[np.isfinite(past)]
-        if len(past) < 5:
-            continue
-        centre = float(np.median(past))
-        spread = 1.4826 * float(np.median(np.abs(past - centre)))  # robust std
-        scale = max(spread, 1e-3 * abs(centre), 1e-12)
-        if not math.isfinite(values[i]) or values[i] > centre + spike * scale:
-            spikes.append((int(steps[i]), float(values[i]), centre))
+    spikes = loss_spikes(steps, values, spike)
     if spikes:
-        # The largest finite jump (a NaN loss is a spike too, but not the largest one).
-        worst = max(spikes, key=lambda s: s[1] - s[2] if math.isfinite(s[1]) else -math.inf)
+        worst = worst_spike(spikes)
+        # What moved first before the worst spike (explain_spike), when the recording has it.
+        causes = explain_frame(rec.frame, rec.stashes, steps, values, worst[0]).causes[:3]
+        evidence: dict[str, float | str] = {
+            "spikes": float(len(spikes)),
+            "worst step": float(worst[0]),
+            "loss there": worst[1],
+            "median before": worst[2],
+        }
+        first = ""
+        if causes:
+            evidence["causes"] = "; ".join(
+                f"{c.module or '<root>'} {c.quantity} from step {c.step} (lead {c.lead})"
+                for c in causes
+            )
+            c = causes[0]
+            first = (
+                f"; first to move before the worst one: {c.module or '<root>'} {c.quantity} "
+                f"at step {c.step}, {c.lead} step(s) before (explain_spike has the ranking)"
+            )
         found.append(
             Finding(
                 "loss_spike",
-                (),
+                tuple(dict.fromkeys(c.module for c in causes)),
                 (spikes[0][0], spikes[-1][0]),
-                {
-                    "spikes": float(len(spikes)),
-                    "worst step": float(worst[0]),
-                    "loss there": worst[1],
-                    "median before": worst[2],
-                },
-                f"the loss jumped above its recent level at {len(spikes)} step(s)",
+                evidence,
+                f"the loss jumped above its recent level at {len(spikes)} step(s){first}",
                 "look at the gradients of the step before (first_nonfinite, the scale "
                 "plot); lower the learning rate, clip gradients, or add warm-up",
             )
@@ -865,7 +844,7 @@ def diagnose(
             f"diagnose(update_size=...) must be (low, high) with 0 <= low < high, got {update_size!r}"
         )
     if loss is not None:
-        _check_loss_values(loss)
+        loss_steps, loss_values = loss_series(loss, "diagnose(loss=...)")
     rec = _Recording(recording)
     found: list[Finding] = []
     checked: dict[str, str] = {}
@@ -896,5 +875,5 @@ def diagnose(
     checked["update_size"] = _check_updates(rec, update_size[0], update_size[1], found)
     checked["outlier_channels"] = _check_outlier_channels(rec, outlier_ratio, found)
     if loss is not None:
-        checked["loss"] = _check_loss(loss, spike, found)
+        checked["loss"] = _check_loss(rec, loss_steps, loss_values, spike, found)
     return Diagnosis(tuple(found), checked)

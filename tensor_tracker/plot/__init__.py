@@ -13,6 +13,8 @@
   modules on a log colour scale: outlier channels stand out.
 - `module_graph`, `autograd_graph`: a level of `tensor_tracker.module_graph`, or the
   operations of `tensor_tracker.autograd_graph`, as a figure (PNG/PDF with `fig.savefig`).
+- `spike_plot`: the loss around a spike and the quantities that moved first
+  (`tensor_tracker.explain_spike`), aligned on its steps.
 - `default_layers`: the modules `umap_plot` embeds when `layers=` is not given.
 
 Constants: `DEFAULT_FORMATS`, the formats whose limits `scale_plot` and `history` draw
@@ -46,6 +48,7 @@ from ._histogram import histogram
 from ._history import histogram_heatmap, history
 from ._samples import sample_plot
 from ._scale import scale_plot
+from ._spike import spike_plot
 
 __all__ = [
     "DEFAULT_FORMATS",
@@ -61,5 +64,6 @@ __all__ = [
     "module_graph",
     "sample_plot",
     "scale_plot",
+    "spike_plot",
     "umap_plot",
 ]
