@@ -15,7 +15,9 @@ What a notebook imports (every other module is private, `_`-prefixed):
 - `compare`, `compare_models`: where two runs differ; `diagnose`: what looks wrong;
   `first_nonfinite`: where a NaN or infinity appeared; `explain_spike`: what moved first
   before a loss spike; `sample_values`, `sample_stats`: one
-  batch item's values, the outlier sample; `to_frame`: a table of stashes.
+  batch item's values, the outlier sample; `channel_table`, `outlier_channels`: a
+  statistic per channel by module and step, the channels far above their module's median;
+  `to_frame`: a table of stashes.
 - `summary`, `module_graph`, `autograd_graph`, `graph_view`, `report`: the model's layers,
   its graphs, an HTML page of a recording.
 - `tensor_tracker.stats`: statistics computed on the device (`track(model, stats=True)`);
@@ -46,6 +48,7 @@ from ._core.stash_fns import (
 )
 from ._core.structure import rmap_tensor
 from ._core.tracker import stash, tap
+from ._data.channels import channel_table, outlier_channels
 from ._data.compare import Comparison, Divergence
 from ._data.diagnose import Diagnosis, Finding, diagnose, diagnosis_stats
 from ._data.frame import to_frame
@@ -86,6 +89,7 @@ __all__ = [
     "Tracker",
     "Unrecorded",
     "autograd_graph",
+    "channel_table",
     "compare",
     "compare_models",
     "default_stash",
@@ -102,6 +106,7 @@ __all__ = [
     "integrations",
     "load",
     "module_graph",
+    "outlier_channels",
     "plot",
     "report",
     "rmap_tensor",

@@ -21,11 +21,16 @@ reason shown, by a marker on the last non-blank line before its fence in README.
 Where the README states a fact about a block's result ("the same table", "the last three
 steps"), `FACTS` (keyed by the block's first line) asserts it on the namespace the block
 left.
+
+Every name the README shows (`tensor_tracker.plot.scale_plot`, `stats.per_channel`,
+`from tensor_tracker import X`, in its python blocks and its inline code) exists where it
+says (issue 38 item 10).
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -206,6 +211,55 @@ def test_the_readme_blocks_are_found_and_the_tables_name_blocks_it_has() -> None
     assert len(found) >= 8
     for key in (*MODELS, *FACTS):  # a table entry whose block changed would not run
         assert sum(code.startswith(key) for code, _ in found) == 1, key
+
+
+# A dotted name: the package's own, or a public submodule's as the prose shortens it.
+DOTTED = re.compile(
+    r"(?<![\w.])(tensor_tracker(?:\.\w+)+|(?:plot|widgets|export|stats|integrations|errors)"
+    r"(?:\.\w+)+)"
+)
+FROM_IMPORT = re.compile(r"from (tensor_tracker(?:\.\w+)*) import (?:\(([\w\s,]+)\)|([\w ,]+))")
+INLINE_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def shown_names() -> set[str]:
+    """The dotted names of the package that the README's python blocks and inline code show,
+    each as a full path (`tensor_tracker.stats.per_channel`)."""
+    text = README.read_text(encoding="utf-8")
+    code = [block for block, _ in blocks()] + INLINE_CODE.findall(text)
+    names = set()
+    for piece in code:
+        for found in DOTTED.findall(piece):
+            names.add(found if found.startswith("tensor_tracker.") else f"tensor_tracker.{found}")
+        for module, *imported in FROM_IMPORT.findall(piece):
+            listed = ",".join(imported).split(",")
+            names |= {f"{module}.{n.strip()}" for n in listed if n.strip()}
+    return names
+
+
+def resolves(dotted: str) -> bool:
+    """Whether `dotted` is a module of the package or a name in one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_every_name_the_readme_shows_exists_where_it_says() -> None:
+    names = shown_names()
+    # The names the first screen shows, found by the parsing above.
+    assert {"tensor_tracker.plot.scale_plot", "tensor_tracker.outlier_channels"} <= names
+    assert {"tensor_tracker.stats.per_channel", "tensor_tracker.export.to_wandb"} <= names
+    missing = sorted(name for name in names if not resolves(name))
+    assert not missing, f"the README shows names that do not exist there: {missing}"
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from .._data.select import display_name
 from .._optional import require
 from .._validate import check_bool, check_int, check_number, check_type
 from ..errors import ArgumentValueError
-from ._figure import MAX_WIDTH, category_ticks, new_axes
+from ._figure import MAX_WIDTH, category_ticks, new_axes, themed
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["channel_map"]
 
 
+@themed
 def channel_map(
     recording: Any,
     column: str = "abs_max_per_channel",

@@ -11,7 +11,7 @@ from .._data.select import display_name, short_labels
 from .._optional import require
 from .._validate import check_int, check_type
 from ..errors import ArgumentValueError
-from ._figure import MAX_WIDTH, category_ticks, new_figure
+from ._figure import MAX_WIDTH, category_ticks, new_figure, themed
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -30,6 +30,7 @@ def _default_step(frame: Any, status: list[str], kind: str) -> int:
     return int(beyond["step"].min()) if len(beyond) else int(steps.max())
 
 
+@themed
 def compare(
     cmp: Comparison,
     *,

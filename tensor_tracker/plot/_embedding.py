@@ -30,7 +30,7 @@ from .._data.embedding import (
     token_index,
 )
 from .._data.series import empty_error, last_step
-from ._figure import new_figure, root_figure
+from ._figure import new_figure, root_figure, themed
 
 __all__ = ["draw_paths", "umap_plot"]
 
@@ -83,6 +83,7 @@ def draw_paths(
     ax.set_title(title)
 
 
+@themed
 def umap_plot(
     tracker_or_stashes: Any,
     *,

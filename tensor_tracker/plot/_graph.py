@@ -13,7 +13,7 @@ from .._optional import require
 from .._probe.autograd_graph import MAX_DRAWN, AutogradGraph
 from .._probe.graph import NODE_COLOURS, GraphEdge, Layout, ModuleGraph, node_label
 from ..errors import ArgumentTypeError
-from ._figure import MAX_WIDTH, fixed_margins, new_figure, root_figure
+from ._figure import MAX_WIDTH, fixed_margins, new_figure, root_figure, themed
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -45,6 +45,7 @@ class _Box:
     round: bool = True
 
 
+@themed
 def module_graph(
     graph: ModuleGraph, parent: str | None = None, *, ax: Axes | None = None
 ) -> Figure:
@@ -94,6 +95,7 @@ def module_graph(
     return _draw(boxes, level["edges"], level["layout"], ax)
 
 
+@themed
 def autograd_graph(
     graph: AutogradGraph,
     module: str | None = None,
@@ -196,6 +198,7 @@ def _draw(
             va="center",
             fontsize=font,
             linespacing=1.1,
+            color="black",  # on the box's light fill, whatever the notebook's theme
             gid=f"label:{b.id}",
         )
     return fig

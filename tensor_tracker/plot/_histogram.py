@@ -32,11 +32,12 @@ from .._data.series import (
     series_labels,
     tensor_series,
 )
-from ._figure import MAX_LEGEND, category_ticks, new_axes, short_label
+from ._figure import MAX_LEGEND, category_ticks, new_axes, short_label, themed
 
 __all__ = ["histogram"]
 
 
+@themed
 def histogram(
     stashes: Stash | Sequence[Stash] | Tensor | Any,
     *,

@@ -50,11 +50,13 @@ from ._figure import (
     reference_formats,
     series_key,
     series_styles,
+    themed,
 )
 
 __all__ = ["histogram_heatmap", "history"]
 
 
+@themed
 def history(
     tracker_or_frame: Any,
     *,
@@ -200,6 +202,7 @@ def history(
     return fig
 
 
+@themed
 def histogram_heatmap(
     tracker: Any,
     name: str,

@@ -12,7 +12,7 @@ from .._data.samples import SAMPLE_STATS, Names, SampleStat, sample_values
 from .._data.select import display_name, short_labels
 from .._optional import require
 from .._validate import check_choice
-from ._figure import MAX_WIDTH, category_ticks, new_figure
+from ._figure import MAX_WIDTH, category_ticks, foreground, new_figure, themed
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["sample_plot"]
 
 
+@themed
 def sample_plot(
     recording: Any,
     sample: int | None = None,
@@ -129,14 +130,14 @@ def sample_plot(
     bars = bar_ax.bar(range(len(shown)), shown, color=colours, width=0.8)
     for i, patch in enumerate(bars):
         patch.set_gid(f"sample:{i}")
-    bars[values.sample].set_edgecolor("black")
+    bars[values.sample].set_edgecolor(foreground())
     bars[values.sample].set_linewidth(1.5)
     bar_ax.set_yscale("log")
     ticker = require("matplotlib.ticker", "plot")
     times = ticker.FuncFormatter(lambda v, _: f"{v:g}x")
     bar_ax.yaxis.set_major_formatter(times)
     bar_ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-    bar_ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+    bar_ax.axhline(1.0, color=foreground(), linewidth=0.8, linestyle=":")
     bar_ax.set_xlim(-0.6, len(shown) - 0.4)
     bar_ax.set_xlabel("sample (batch index)")
     bar_ax.set_ylabel(f"{stat} / batch median")

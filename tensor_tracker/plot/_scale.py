@@ -39,6 +39,7 @@ from ._figure import (
     MANY_MODULES,
     MAX_WIDTH,
     category_ticks,
+    foreground,
     format_lines,
     limits_legend,
     new_axes,
@@ -47,11 +48,13 @@ from ._figure import (
     root_figure,
     series_key,
     series_styles,
+    themed,
 )
 
 __all__ = ["scale_plot"]
 
 
+@themed
 def scale_plot(
     tracker_or_stashes: Any,
     *,
@@ -283,7 +286,9 @@ def _by_depth(
             handles += [] if grad else [line]
             drawn.setdefault(panel, []).extend(ys)
         outside = log2_abs(values[None])
-        panel.plot(x, outside, "D", color="black", markersize=4, label="outside blocks", zorder=3)
+        panel.plot(
+            x, outside, "D", color=foreground(), markersize=4, label="outside blocks", zorder=3
+        )
         drawn[panel].extend(outside)
         panel.set_ylabel(f"{ylabel}, {'gradient' if grad else 'forward'}" if owned else ylabel)
     limits: list[Any] = []

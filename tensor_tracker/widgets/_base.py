@@ -22,6 +22,7 @@ from ..plot._figure import at_most, fixed_margins
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 __all__ = [
+    "MIN_SCALE",
     "PX_PER_INCH",
     "RASTER_DPI",
     "VIEWER_WIDTH",
@@ -45,6 +46,12 @@ PX_PER_INCH = 100
 """How wide a viewer shows its figure: as many CSS pixels per inch as a figure displayed
 directly in Jupyter (matplotlib's default dpi), so fonts match across both."""
 
+MIN_SCALE = 0.7
+"""The most a viewer narrows its figure to fit a narrow output area (a phone, a side
+panel): at 70% of its size, matplotlib's 10 pt text is still about 10 CSS px. In a narrower
+output area the figure scrolls sideways inside its own box instead (the page does not),
+since text shrunk to 3 px cannot be read at all."""
+
 RASTER_DPI = 200
 """Resolution of the few artists drawn as pixels inside a viewer's SVG (heatmaps, dense
 scatter plots): sharp on high-DPI screens."""
@@ -66,8 +73,9 @@ def ipywidgets_module() -> Any:
 
 
 def error_html(text: str) -> str:
-    """A message for the viewer, as HTML in an error colour."""
-    return f'<span style="color:#b00020">{html.escape(text)}</span>'
+    """A message for the viewer, as HTML in the notebook theme's error colour (JupyterLab's
+    own, light or dark; a dark red elsewhere)."""
+    return f'<span style="color:var(--jp-error-color1, #b00020)">{html.escape(text)}</span>'
 
 
 class Panel:
@@ -89,7 +97,9 @@ class Panel:
         )
         self.image.layout.display = "none"
         self.figure: Figure | None = None
-        self.box = w.VBox([self.message, self.image])
+        # Scrolls sideways the figure that `MIN_SCALE` keeps wider than the output area.
+        self.frame = w.Box([self.image], layout={"width": "100%", "overflow": "auto hidden"})
+        self.box = w.VBox([self.message, self.frame], layout={"width": "100%"})
 
     def show(self, draw: Callable[[], Figure]) -> None:
         try:
@@ -106,7 +116,9 @@ class Panel:
             return
         self.figure = figure
         self.image.value = buffer.getvalue()
-        self.image.layout.max_width = f"{round(figure.get_size_inches()[0] * PX_PER_INCH)}px"
+        width = figure.get_size_inches()[0] * PX_PER_INCH
+        self.image.layout.max_width = f"{round(width)}px"
+        self.image.layout.min_width = f"{round(width * MIN_SCALE)}px"
         self.image.layout.display = ""
         self.message.value = ""
 
@@ -137,7 +149,9 @@ def make_viewer(
         # A row of controls wraps onto the next line when the output area is narrow (a
         # phone, a side-by-side notebook) instead of cutting the last controls off.
         row.layout.flex_flow = "row wrap"
-    box = w.VBox([*rows, panel.box])
+        for control in getattr(row, "children", ()):  # a dropdown's 300 px: wider than a phone
+            control.layout.max_width = "100%"
+    box = w.VBox([*rows, panel.box], layout={"width": "100%", "max_width": "100%"})
     box.controls = controls
     box.message = panel.message
     box.image = panel.image

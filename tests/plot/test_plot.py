@@ -224,6 +224,59 @@ def test_histogram_of_stats_without_histogram_says_how_to_record_one(with_stats:
         plot.histogram(with_stats[0])
 
 
+# -- colours: light and dark notebooks ----------------------------------------------------
+
+
+def contrast(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    """WCAG contrast ratio of two sRGB colours (components 0..1)."""
+
+    def luminance(c: tuple[float, ...]) -> float:
+        lin = [v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4 for v in c[:3]]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    light, dark = sorted((luminance(a), luminance(b)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_figures_are_transparent_with_grey_text_for_light_and_dark_notebooks(
+    full: Tracker,
+) -> None:
+    # In JupyterLab's dark theme every figure was a white slab with black text.
+    import io
+
+    import matplotlib
+    from matplotlib.colors import to_rgba
+
+    buffer = io.BytesIO()
+    fig = plot.scale_plot(full)
+    fig.savefig(buffer, format="png")
+    rgba = matplotlib.image.imread(io.BytesIO(buffer.getvalue()))
+    alpha = rgba[..., 3]
+    assert alpha[0, 0] == 0 and (alpha == 0).mean() > 0.5  # the page shows through
+    opaque = rgba[alpha == 1][:, :3]
+    assert len(opaque) and not (opaque.max(axis=1) < 0.2).any()  # nothing black: lost on #111
+    assert not (opaque.min(axis=1) > 0.95).any()  # nothing white: a slab on a dark page
+    ax = fig.axes[0]
+    for text in [ax.xaxis.label, ax.get_xticklabels()[0], ax.get_yticklabels()[0]]:
+        color = to_rgba(text.get_color())
+        assert contrast(color, (1, 1, 1)) > 4.2 and contrast(color, to_rgba("#111111")) > 4.2
+    assert matplotlib.rcParams["text.color"] == "black"  # no global state changed
+
+
+def test_figures_follow_a_matplotlib_style_or_axes_of_the_users() -> None:
+    import matplotlib.style
+    from matplotlib.colors import to_rgba
+
+    with matplotlib.style.context("dark_background"):
+        fig = plot.histogram(torch.randn(100))
+    assert fig.get_facecolor() == to_rgba("black")
+    assert to_rgba(fig.axes[0].xaxis.label.get_color()) == to_rgba("white")
+    own = Figure()
+    plot.histogram(torch.randn(100), ax=own.add_subplot())
+    assert own.get_facecolor() == to_rgba("white")
+    assert to_rgba(own.axes[0].xaxis.label.get_color()) == to_rgba("black")
+
+
 # -- scale_plot --------------------------------------------------------------------------
 
 

@@ -14,7 +14,8 @@ pytest.importorskip("matplotlib")
 
 import ipywidgets
 
-from tensor_tracker import Tracker, track, widgets
+from tensor_tracker import Tracker, plot, track, widgets
+from tensor_tracker.widgets._base import Panel
 from tests.helpers import stash, tiny_model
 
 SVG = "http://www.w3.org/2000/svg"
@@ -40,6 +41,22 @@ def test_rows_of_controls_wrap_in_a_narrow_output_area(full: Tracker) -> None:
         rows = [child for child in viewer.children if isinstance(child, ipywidgets.HBox)]
         assert rows, make.__name__
         assert all(row.layout.flex_flow == "row wrap" for row in rows), make.__name__
+
+
+def test_viewers_stay_readable_on_a_phone_and_in_the_dark_theme(full: Tracker) -> None:
+    # At 390 px JupyterLab showed scale_viewer's 960 px figure 270 px wide, its text 3 px
+    # high: it now narrows to 70% at most and scrolls sideways in its own box beyond.
+    v = widgets.scale_viewer(full)
+    width = v.figure.get_size_inches()[0] * 100
+    assert v.image.layout.min_width == f"{round(width * 0.7)}px"
+    frame = next(b for b in v.children[-1].children if v.image in getattr(b, "children", ()))
+    assert (frame.layout.width, frame.layout.overflow) == ("100%", "auto hidden")
+    controls = [c for row in v.children[:-1] for c in row.children]
+    assert controls and all(c.layout.max_width == "100%" for c in controls)
+    # Colours come from JupyterLab's theme (a fixed dark red is unreadable on #111).
+    panel = Panel(ipywidgets)
+    panel.show(lambda: plot.histogram(torch.tensor([math.nan])))
+    assert panel.message.value.startswith('<span style="color:var(--jp-error-color1, #b00020)">')
 
 
 # -- histogram_viewer --------------------------------------------------------------------
