@@ -271,7 +271,8 @@ def report(
     A `Comparison` (`tensor_tracker.compare`, `compare_models`) gets the page of its run
     `a` with the errors against run `b`: the counts and first divergences in the header,
     a chart of every module's error at the chosen step (forward circles, gradient squares;
-    green bitwise equal, blue within the tolerance, red beyond; hover or tap a point for its
+    blue hollow bitwise equal, light blue within the tolerance, orange outlined beyond (a
+    palette that colour-blind readers tell apart); hover or tap a point for its
     module, error and status, click it to open the module), the module list and the
     graph's nodes coloured the same way (darker for larger errors), and each series' error
     in the module's panel.

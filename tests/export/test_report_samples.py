@@ -189,7 +189,7 @@ def test_the_sample_panel_in_a_browser(
         "sample (batch index)",
         "rms",
     ]
-    assert "red, sample 5, stands out most" in _text(browser, "sample-rms-label")
+    assert "orange, sample 5, stands out most" in _text(browser, "sample-rms-label")
 
     # No position: each channel's value of largest magnitude over the tokens.
     x = step2[OUTLIER].double()  # [tokens, channels]
