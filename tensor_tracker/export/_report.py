@@ -161,11 +161,25 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
             peak = counts.max(axis=1, keepdims=True)
             # 8 bits per bin, relative to the step's largest bin: enough to draw.
             scaled = np.where(peak > 0, np.round(255 * counts / np.maximum(peak, 1)), 0)
+            # Only the bins from the first filled to the last (a third of BERT's 48, on
+            # average): the page's weight is mostly these and the statistics.
+            filled = np.flatnonzero(scaled.any(axis=0))
+            first, last = (int(filled[0]), int(filled[-1])) if filled.size else (0, -1)
             entry["hist"] = {
                 "steps": [int(s) for s in kept["step"]],
-                "counts": base64.b64encode(scaled.astype(np.uint8).tobytes()).decode(),
+                "first": first,
+                "counts": base64.b64encode(
+                    scaled[:, first : last + 1].astype(np.uint8).tobytes()
+                ).decode(),
                 "totals": [round(float(t)) for t in totals],
             }
+            # The values outside the bins' range, counted apart: said on the page.
+            for side in ("below", "above"):
+                column = f"{hist_name}_{side}"
+                if column in kept.columns:
+                    outside = np.nan_to_num(kept[column].to_numpy(dtype=float))
+                    if outside.any():
+                        entry["hist"][side] = [round(float(c)) for c in outside]
         series.append(entry)
     scalars: dict[str, list[list[Any]]] = {}
     notes: list[list[Any]] = []
