@@ -281,8 +281,17 @@ def report(
     sample's values per channel at the picked module, beside every sample's rms across the
     batch with the sample that stands out most in red (see `tensor_tracker.sample_values`;
     the page keeps at most 2**20 numbers for it, about 5.6 MB, the last steps first; over
-    that, each channel's largest value over the positions). Charts zoom by dragging
-    (double-click resets). The numbers are all there (float32).
+    that, each channel's largest value over the positions; a sample is marked only when
+    it reaches 4x the batch median somewhere, see `SampleStats.outliers`). Charts zoom by
+    dragging (double-click resets). The numbers are all there (float32). Pinned charts can
+    share one y range; a histogram strip has its colour key and counts the values outside
+    its range.
+
+    Everything works from the keyboard: the module list and the graph are one tab stop
+    each (arrow keys move, Enter opens, P pins; in the graph + opens a module, Backspace
+    goes back up), and a chart, once focused, reads its points out under the arrow keys.
+    The colours (Okabe and Ito's palette) stay apart for colour-blind readers, and
+    gradients are drawn dashed, so that the dash says it too.
 
     Charts are drawn by uPlot and the graph laid out by dagre, both inlined (see
     `tensor_tracker/export/vendor`).

@@ -72,6 +72,8 @@ def graph_view(
     tip (hover or tap) reads out its output's statistic at the step, and "pin" in the
     node's details keeps modules side by side under it, each with its charts and
     histogram strips. The page fits any width: on a phone the details go under the graph.
+    Keys: Tab reaches the graph, the arrow keys move between nodes, Enter picks one, +
+    opens a module, Backspace goes back up, P pins.
 
     The view is one self-contained page in a sandboxed frame: it needs no ipywidgets and no
     running kernel, and stays interactive in a saved notebook opened again or converted to
