@@ -41,6 +41,12 @@ __all__ = [
 SAMPLE_STATS: tuple[str, ...] = ("rms", "abs_max")
 """The statistics `sample_stats` computes per sample and module."""
 
+OUTLIER_RATIO = 4.0
+"""How many times the batch median a sample's statistic must reach, at some module, for
+`SampleStats.outliers` to name it. Batches of random data stay well under it (Gaussian
+samples of 16 or more values: at most about 2.2 times, over thousands of batches of 3 to
+64 samples), while the sample a user goes looking for is usually tens of times out."""
+
 Names = str | Sequence[str] | None
 SampleStat = Literal["rms", "abs_max"]
 
@@ -52,7 +58,8 @@ class SampleStats:
     A sample stands out at a module when its statistic is many times the median of the
     batch there (`ratio`); `score` keeps each sample's largest ratio over the modules, so
     a sample that is an outlier at one module only is found, whatever the modules' own
-    scales. `outlier()` is the sample with the largest score.
+    scales. `outlier()` is the sample with the largest score; `outliers()` the samples
+    whose score reaches `OUTLIER_RATIO` (4), none in a batch where nothing stands out.
 
     Attributes:
         names: the modules, in the order they ran (`""` is the model itself).
@@ -75,6 +82,8 @@ class SampleStats:
         (['0', '1', '2', ''], torch.Size([4, 8]))
         >>> s.outlier(), bool(s.score()[3] > 20)  # tens of times the batch median
         (3, True)
+        >>> s.outliers()  # the samples at least 4 times the batch median somewhere
+        [3]
     """
 
     names: list[str]
@@ -101,8 +110,16 @@ class SampleStats:
         return self.ratio(stat).amax(dim=0)
 
     def outlier(self, stat: SampleStat = "rms") -> int:
-        """The sample whose `stat` stands out most from its batch (largest `score`)."""
+        """The sample whose `stat` stands out most from its batch (largest `score`), even
+        when none stands out by much (see `outliers`)."""
         return int(self.score(stat).argmax())
+
+    def outliers(self, stat: SampleStat = "rms") -> list[int]:
+        """The samples whose `stat` is at least `OUTLIER_RATIO` (4) times the batch median
+        at some module, the one that stands out most first; `[]` when none is."""
+        score = self.score(stat)
+        order = score.argsort(descending=True, stable=True)
+        return [int(b) for b in order if score[b] >= OUTLIER_RATIO]
 
     def to_frame(self) -> Any:
         """A pandas DataFrame, one row per module and sample: `name`, `sample`, `rms`,

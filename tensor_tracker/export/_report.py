@@ -109,7 +109,7 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
     }
 
 
-def _payload(recording: Any, title: str) -> dict[str, Any]:
+def _payload(recording: Any, title: str, view: str) -> dict[str, Any]:
     np = require("numpy", "pandas")
     columns = columns_of(recording, "report(recording, path)")
     frame, histograms = columns.frame, columns.histograms
@@ -161,15 +161,31 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
             peak = counts.max(axis=1, keepdims=True)
             # 8 bits per bin, relative to the step's largest bin: enough to draw.
             scaled = np.where(peak > 0, np.round(255 * counts / np.maximum(peak, 1)), 0)
+            # Only the bins from the first filled to the last (a third of BERT's 48, on
+            # average): the page's weight is mostly these and the statistics.
+            filled = np.flatnonzero(scaled.any(axis=0))
+            first, last = (int(filled[0]), int(filled[-1])) if filled.size else (0, -1)
             entry["hist"] = {
                 "steps": [int(s) for s in kept["step"]],
-                "counts": base64.b64encode(scaled.astype(np.uint8).tobytes()).decode(),
+                "first": first,
+                "counts": base64.b64encode(
+                    scaled[:, first : last + 1].astype(np.uint8).tobytes()
+                ).decode(),
                 "totals": [round(float(t)) for t in totals],
             }
+            # The values outside the bins' range, counted apart: said on the page.
+            for side in ("below", "above"):
+                column = f"{hist_name}_{side}"
+                if column in kept.columns:
+                    outside = np.nan_to_num(kept[column].to_numpy(dtype=float))
+                    if outside.any():
+                        entry["hist"][side] = [round(float(c)) for c in outside]
         series.append(entry)
     scalars: dict[str, list[list[Any]]] = {}
     notes: list[list[Any]] = []
     for logged in getattr(recording, "logged", []):
+        if view == "graph" and logged.text is None:  # the graph view draws no scalars
+            continue
         if logged.text is not None:
             notes.append([logged.step, logged.text])
         else:
@@ -210,7 +226,10 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
         },
         "log": {"scalars": scalars, "notes": notes},
         # Full copies: each sample's values per channel and rms (the sample panel).
-        "samples": samples_payload(recording, steps, modules) if columns.copies else None,
+        # Not in the graph view, which has no sample panel (up to 5.6 MB saved).
+        "samples": samples_payload(recording, steps, modules)
+        if columns.copies and view != "graph"
+        else None,
     }
 
 
@@ -227,7 +246,7 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
     compared = recording if isinstance(recording, Comparison) else None
     if compared is not None:  # the page of run a, with the errors against run b
         recording = compared.a
-    payload = _nothing_recorded(title) if recording is None else _payload(recording, title)
+    payload = _nothing_recorded(title) if recording is None else _payload(recording, title, view)
     if compared is not None:
         payload["compare"] = comparison_payload(compared, payload)
     payload["graph"] = None if graph is None else graph.to_dict()
@@ -262,8 +281,17 @@ def report(
     sample's values per channel at the picked module, beside every sample's rms across the
     batch with the sample that stands out most in red (see `tensor_tracker.sample_values`;
     the page keeps at most 2**20 numbers for it, about 5.6 MB, the last steps first; over
-    that, each channel's largest value over the positions). Charts zoom by dragging
-    (double-click resets). The numbers are all there (float32).
+    that, each channel's largest value over the positions; a sample is marked only when
+    it reaches 4x the batch median somewhere, see `SampleStats.outliers`). Charts zoom by
+    dragging (double-click resets). The numbers are all there (float32). Pinned charts can
+    share one y range; a histogram strip has its colour key and counts the values outside
+    its range.
+
+    Everything works from the keyboard: the module list and the graph are one tab stop
+    each (arrow keys move, Enter opens, P pins; in the graph + opens a module, Backspace
+    goes back up), and a chart, once focused, reads its points out under the arrow keys.
+    The colours (Okabe and Ito's palette) stay apart for colour-blind readers, and
+    gradients are drawn dashed, so that the dash says it too.
 
     Charts are drawn by uPlot and the graph laid out by dagre, both inlined (see
     `tensor_tracker/export/vendor`).
@@ -271,7 +299,8 @@ def report(
     A `Comparison` (`tensor_tracker.compare`, `compare_models`) gets the page of its run
     `a` with the errors against run `b`: the counts and first divergences in the header,
     a chart of every module's error at the chosen step (forward circles, gradient squares;
-    green bitwise equal, blue within the tolerance, red beyond; hover or tap a point for its
+    blue hollow bitwise equal, light blue within the tolerance, orange outlined beyond (a
+    palette that colour-blind readers tell apart); hover or tap a point for its
     module, error and status, click it to open the module), the module list and the
     graph's nodes coloured the same way (darker for larger errors), and each series' error
     in the module's panel.

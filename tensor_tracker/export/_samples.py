@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .._data.samples import sample_rows
+from .._data.samples import OUTLIER_RATIO, sample_rows
 from ..errors import TensorTrackerError
 
 __all__ = ["SAMPLE_FLOATS", "samples_payload"]
@@ -85,6 +85,9 @@ def samples_payload(recording: Any, steps: list[int], modules: list[str]) -> dic
             "modules": entries,
             "outlier": outlier,
             "score": min(float(score[outlier]), 1e30),
+            # Whether it stands out enough to be marked (SampleStats.outliers' rule).
+            "flagged": outlier in stats.outliers("rms"),
+            "threshold": OUTLIER_RATIO,
             "skipped": {n: why for n, why in stats.skipped.items() if n in index},
         }
     if not out:

@@ -3,6 +3,7 @@ event files."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
@@ -13,6 +14,9 @@ from .._validate import check_bool, check_count, check_path, check_type
 from ._columns import columns_of
 
 __all__ = ["tensorboard_tag", "to_tensorboard"]
+
+# Bins of the histogram of a full copy's values.
+_COPY_BINS = 64
 
 
 def tensorboard_tag(name: str, kind: str, attr: str, grad: bool, stat: str, call: int = 0) -> str:
@@ -39,9 +43,13 @@ def tensorboard_tag(name: str, kind: str, attr: str, grad: bool, stat: str, call
 def to_tensorboard(recording: Any, logdir: str | os.PathLike[str]) -> None:
     """Write a recording into TensorBoard event files under `logdir`: each statistic of each
     record as a scalar (tags from `tensorboard_tag`), each histogram statistic as a
-    histogram (on its own axis: log2|x| for `histogram(log2=True)`), the full copies of a
-    recording without statistics as histograms of their values, `log()` scalars under
-    `log/<name>` and `note()`s as text under `notes`. Steps are the recording's steps.
+    histogram (on its own axis: log2|x| for `histogram(log2=True)`) over the bins it
+    filled, the full copies of a recording without statistics as histograms of their
+    values (64 bins over each copy's range), `log()` scalars under `log/<name>` and
+    `note()`s as text under `notes`. Steps are the recording's steps. A step's numbers
+    share one event; each number still carries its tag (about 100 bytes, against 4 in the
+    recording), so the files are several times the recording's size (a 12-layer BERT's
+    30 steps with 7 statistics and `exp_hist`: 19 MB for a 1.3 MB recording).
     Needs the `tensorboard` package.
 
     Args:
@@ -64,44 +72,70 @@ def to_tensorboard(recording: Any, logdir: str | os.PathLike[str]) -> None:
     columns = columns_of(recording, "to_tensorboard(recording, logdir)")
     check_path(logdir, "to_tensorboard(recording, logdir): logdir", "a directory path")
     require("tensorboard", "tensorboard")
-    from torch.utils.tensorboard import SummaryWriter
+    # torch's summary functions and writer, untyped (the proto classes have no stubs).
+    summary: Any = importlib.import_module("torch.utils.tensorboard.summary")
+    writer_module: Any = importlib.import_module("torch.utils.tensorboard.writer")
 
     frame, scalars, histograms = columns.frame, columns.scalars, columns.histograms
-    with SummaryWriter(log_dir=os.fspath(logdir)) as writer:
-        keys = zip(
-            frame["name"], frame["kind"], frame["attr"], frame["grad"], frame["call"], strict=True
-        )
-        for row, (name, kind, attr, grad, call) in enumerate(keys):
-            step = int(frame["step"].iat[row])
-            for stat in scalars:
-                tag = tensorboard_tag(name, kind, attr, bool(grad), stat, int(call))
-                writer.add_scalar(tag, float(frame[stat].iat[row]), step)
-            for hist_name, spec in histograms.items():
-                counts = torch.as_tensor(frame[hist_name].iat[row], dtype=torch.float64)
-                edges = torch.tensor(spec.edges, dtype=torch.float64)
-                if counts.sum() > 0:
-                    occupied = counts.nonzero().flatten()
-                    writer.add_histogram_raw(
-                        tensorboard_tag(name, kind, attr, bool(grad), hist_name, int(call)),
-                        min=float(edges[occupied[0]]),
-                        max=float(edges[occupied[-1] + 1]),
-                        num=int(counts.sum()),
-                        sum=float((counts * (edges[:-1] + edges[1:]) / 2).sum()),
-                        sum_squares=float((counts * ((edges[:-1] + edges[1:]) / 2) ** 2).sum()),
-                        bucket_limits=edges[1:].tolist(),
-                        bucket_counts=counts.tolist(),
-                        global_step=step,
-                    )
-            if columns.copies:  # histograms of the copies' values
-                value = recording[row].first_value
-                if isinstance(value, torch.Tensor) and value.numel() and value.is_floating_point():
-                    finite = value.detach().float().flatten()
-                    finite = finite[finite.isfinite()]
-                    if finite.numel():
-                        tag = tensorboard_tag(name, kind, attr, bool(grad), "values", int(call))
-                        writer.add_histogram(tag, finite, step)
+    # The values of one step go into one event: the event's own framing (its step, time
+    # and checksums) is then written once per step rather than once per number.
+    by_step: dict[int, list[Any]] = {}
+    keys = zip(
+        frame["name"], frame["kind"], frame["attr"], frame["grad"], frame["call"], strict=True
+    )
+    steps = frame["step"].to_numpy()
+    values = {stat: frame[stat].to_numpy(dtype=float) for stat in scalars}
+    for row, (name, kind, attr, grad, call) in enumerate(keys):
+        out = by_step.setdefault(int(steps[row]), [])
+        for stat in scalars:
+            tag = tensorboard_tag(name, kind, attr, bool(grad), stat, int(call))
+            out.extend(summary.scalar(tag, float(values[stat][row])).value)
+        for hist_name, spec in histograms.items():
+            counts = torch.as_tensor(frame[hist_name].iat[row], dtype=torch.float64)
+            if counts.sum() > 0:
+                tag = tensorboard_tag(name, kind, attr, bool(grad), hist_name, int(call))
+                out.extend(_histogram(summary, counts, spec.edges, tag))
+        if columns.copies:  # histograms of the copies' values
+            value = recording[row].first_value
+            if isinstance(value, torch.Tensor) and value.numel() and value.is_floating_point():
+                finite = value.detach().float().flatten()
+                finite = finite[finite.isfinite()]
+                if finite.numel():
+                    tag = tensorboard_tag(name, kind, attr, bool(grad), "values", int(call))
+                    # Evenly over the copy's own range (not a fixed one for every tensor).
+                    out.extend(summary.histogram(tag, finite.numpy(), _COPY_BINS).value)
+    writer = writer_module.FileWriter(os.fspath(logdir))
+    try:
+        for step, parts in by_step.items():
+            writer.add_summary(summary.Summary(value=parts), step)
         for entry in getattr(recording, "logged", []):
             if entry.text is None:
-                writer.add_scalar(f"log/{entry.name}", float(entry.value), entry.step)
+                writer.add_summary(
+                    summary.scalar(f"log/{entry.name}", float(entry.value)), entry.step
+                )
             else:
-                writer.add_text("notes", entry.text, entry.step)
+                writer.add_summary(summary.text("notes", entry.text), entry.step)
+    finally:
+        writer.close()
+
+
+def _histogram(summary: Any, counts: torch.Tensor, edges: Any, tag: str) -> Any:
+    """A histogram statistic's summary values over the bins it filled, first to last:
+    TensorBoard draws a histogram over all of its buckets, so the empty ones around the
+    recorded range (most of `exp_hist`'s -126...128) would squeeze it into a spike, and
+    fill the event file."""
+    occupied = counts.nonzero().flatten()
+    first, last = int(occupied[0]), int(occupied[-1])
+    edges = torch.tensor(edges[first : last + 2], dtype=torch.float64)
+    counts = counts[first : last + 1]
+    middles = (edges[:-1] + edges[1:]) / 2
+    return summary.histogram_raw(
+        tag,
+        min=float(edges[0]),
+        max=float(edges[-1]),
+        num=int(counts.sum()),
+        sum=float((counts * middles).sum()),
+        sum_squares=float((counts * middles**2).sum()),
+        bucket_limits=edges[1:].tolist(),
+        bucket_counts=counts.tolist(),
+    ).value

@@ -65,13 +65,15 @@ def graph_view(
 ) -> GraphView:
     """The module graph as an interactive view in the notebook: click "+" on a node to open
     the module (a breadcrumb leads back up), hover a node for its shapes, parameters and
-    `extra_repr` fields, click a node to highlight what it depends on (green) and what
-    depends on it (red) and to show its facts beside the graph. With a `recording`, the
+    `extra_repr` fields, click a node to highlight what it depends on (blue) and what
+    depends on it (orange, outlined dashed) and to show its facts beside the graph. With a `recording`, the
     picked module's statistics over the recorded steps (and its histograms over the steps,
     when recorded) are shown there too, with a step slider and a statistic picker; a node's
     tip (hover or tap) reads out its output's statistic at the step, and "pin" in the
     node's details keeps modules side by side under it, each with its charts and
     histogram strips. The page fits any width: on a phone the details go under the graph.
+    Keys: Tab reaches the graph, the arrow keys move between nodes, Enter picks one, +
+    opens a module, Backspace goes back up, P pins.
 
     The view is one self-contained page in a sandboxed frame: it needs no ipywidgets and no
     running kernel, and stays interactive in a saved notebook opened again or converted to

@@ -102,6 +102,31 @@ def test_a_planted_outlier_sample_is_found(outlier: int) -> None:
     assert sample_values(t).sample == outlier
 
 
+@pytest.mark.parametrize("batch", [3, 8, 32])
+def test_batches_without_an_outlier_name_none(batch: int) -> None:
+    """20 random batches through an MLP: every sample within `OUTLIER_RATIO` of the batch
+    median, by rms and by abs_max, at every module, although one of them is always the
+    largest (`outlier()`, about 1.2 to 2 times the median)."""
+    mlp = nn.Sequential(nn.Linear(12, 24), nn.GELU(), nn.Linear(24, 12), nn.LayerNorm(12))
+    generator = torch.Generator().manual_seed(batch)
+    with track(mlp) as t:
+        for _ in range(20):  # a batch a step
+            mlp(torch.randn(batch, 6, 12, generator=generator)).square().mean().backward()
+            t.step()
+    for step in range(20):
+        s = sample_stats(t, step=step)
+        for stat in ("rms", "abs_max"):
+            assert s.outliers(stat) == [], (step, stat, s.score(stat).max())
+        assert s.score().max() > 1
+
+
+@pytest.mark.parametrize("scale", [8.0, 50.0])
+def test_a_planted_outlier_is_the_one_outlier_named(scale: float) -> None:
+    _, t = _mlp_run(outlier=3, scale=scale)
+    assert sample_stats(t).outliers() == [3]
+    assert sample_stats(t).outliers("abs_max") == [3]
+
+
 def test_an_outlier_inside_the_model_is_found_on_a_transformer() -> None:
     """The hidden state of one sequence scaled 50x inside block 1 (a forward hook): found,
     and the modules before the block do not show it."""

@@ -52,6 +52,36 @@ def test_the_notebook_output_is_the_page_in_a_sandboxed_frame(tmp_path: Path) ->
     assert view.save(tmp_path / "graph.html").read_text() == view.html
 
 
+def test_the_graph_view_leaves_out_what_it_does_not_show() -> None:
+    """Full copies: the report's sample panel (every sample's values) and its logged
+    scalars' charts are not in the graph view, which shows neither; its notes stay (they
+    mark the step charts)."""
+    import json
+
+    from tests.helpers import tiny_model
+
+    model = tiny_model()
+    tokens = torch.randint(0, 16, (8, 12), generator=torch.Generator().manual_seed(0))
+    with tensor_tracker.track(model) as t:
+        for step in range(2):
+            model(tokens).square().mean().backward()
+            t.log("loss", float(step))
+            t.note("a note")
+            t.step()
+    graph = tensor_tracker.module_graph(model, tokens)
+    report = tensor_tracker.export._report.page(t, graph, "t")
+    view = graph_view(graph, t).html
+
+    def data(text: str) -> Any:
+        return json.loads(re.search(r'<script id="data" [^>]*>(.*?)</script>', text, re.S)[1])
+
+    assert data(report)["samples"] is not None and data(report)["log"]["scalars"]
+    assert data(view)["samples"] is None and data(view)["log"]["scalars"] == {}
+    assert data(view)["log"]["notes"] == data(report)["log"]["notes"]
+    assert data(view)["series"] == data(report)["series"]
+    assert len(view) < len(report) / 3  # the samples were most of the report
+
+
 def test_graph_view_checks_its_arguments() -> None:
     graph = _graph()
     with pytest.raises(TypeError, match=r"graph must be a tensor_tracker\.module_graph"):

@@ -150,6 +150,50 @@ def test_the_report_shows_what_was_recorded(tmp_path: Path, browser: Any) -> Non
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
+def test_the_page_holds_each_histogram_from_its_first_filled_bin_to_its_last(
+    tmp_path: Path,
+    browser: Any,  # noqa: F811
+) -> None:
+    """The page keeps a series' histograms over the bins it filled only (the rest are
+    empty at every step); spread back over every bin, they are the recorded counts scaled
+    to the step's largest bin."""
+    import base64
+
+    from tensor_tracker.export._report import page
+
+    t = _run()
+    text = page(t, None, "t")
+    data = json.loads(re.search(r'<script id="data" [^>]*>(.*?)</script>', text, re.S)[1])
+    bins = data["hist"]["bins"]
+    frame = t.to_frame()
+    trimmed = 0
+    for s in data["series"]:
+        name = data["modules"][s["module"]]["name"]
+        rows = frame[(frame["name"] == name) & (frame["kind"] == s["kind"])]
+        rows = rows[(rows["attr"] == s["attr"]) & (rows["grad"] == s["grad"])]
+        recorded = torch.tensor([list(c) for c in rows["hist"]], dtype=torch.float64)
+        expected = (255 * recorded / recorded.amax(dim=1, keepdim=True)).round()
+        kept = torch.tensor(list(base64.b64decode(s["hist"]["counts"])), dtype=torch.float64)
+        kept = kept.reshape(len(s["hist"]["steps"]), -1)
+        first, width = s["hist"]["first"], kept.shape[1]
+        assert torch.equal(kept, expected[:, first : first + width])
+        assert not expected[:, :first].any() and not expected[:, first + width :].any()
+        trimmed += width < bins
+    assert trimmed > 0
+    # The page spreads them back over every bin.
+    path = tmp_path / "report.html"
+    path.write_text(text)
+    browser.get(path.as_uri())
+    _wait(browser, "return document.body.dataset.ready === 'true'")
+    s = data["series"][0]
+    spread = browser.execute_script(f"return Array.from(histCounts(DATA.series[0].hist, {bins}))")
+    kept = list(base64.b64decode(s["hist"]["counts"]))
+    width = len(kept) // len(s["hist"]["steps"])
+    assert spread[:bins] == [0] * s["hist"]["first"] + kept[:width] + [0] * (
+        bins - s["hist"]["first"] - width
+    )
+
+
 def test_view_command_writes_the_report_of_a_recording(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     from tensor_tracker.__main__ import main

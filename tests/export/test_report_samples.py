@@ -80,6 +80,7 @@ def test_the_payload_holds_each_samples_values_and_rms(run: tensor_tracker.Track
     assert sorted(samples["steps"]) == ["0", "1", "2"] and samples["omitted"] == []
     at = samples["steps"]["2"]
     assert at["batch"] == 8 and at["outlier"] == OUTLIER and at["score"] > 20
+    assert at["flagged"] and at["threshold"] == 4.0
     modules = _payload(run)["modules"]
     entry = next(e for e in at["modules"] if modules[e["module"]]["name"] == MODULE)
     recorded = run[MODULE][-2].value  # step 2's output (then its gradient)
@@ -90,6 +91,26 @@ def test_the_payload_holds_each_samples_values_and_rms(run: tensor_tracker.Track
     assert entry["rms"] == pytest.approx(rms.tolist(), rel=1e-12)
     assert max(range(8), key=lambda b: entry["ratio"][b]) == OUTLIER
     assert at["skipped"] == {"pos": "its dimension 0 holds 12, not the batch's 8"}
+
+
+def test_a_batch_without_an_outlier_has_none_marked(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    """Random sequences, nothing planted: the sample that stands out most (about 1.2 times
+    the batch median) is not marked as the outlier, and the page says none stands out."""
+    from selenium.webdriver.common.by import By
+
+    model = tiny_model()
+    tokens = torch.randint(0, 16, (8, 12), generator=torch.Generator().manual_seed(0))
+    with track(model) as t:
+        model(tokens).square().mean().backward()
+    (at,) = _payload(t)["samples"]["steps"].values()
+    assert not at["flagged"] and 1 < at["score"] < 4
+    path = tensor_tracker.report(t, tmp_path / "samples.html")
+    browser.get(path.as_uri())
+    wait_for(browser, "return document.body.dataset.ready === 'true'")
+    browser.execute_script(f"select(DATA.modules.findIndex((m) => m.name === '{MODULE}'))")
+    assert "none stands out" in browser.find_element(By.ID, "sample-rms-label").text
+    assert "No sample stands out" in browser.find_element(By.ID, "sample-hint").text
+    assert browser.execute_script("return sampleCharts.rms.data[2].every((v) => v === null)")
 
 
 def test_over_the_budget_the_page_keeps_each_channels_largest_value_then_leaves_steps_out(
@@ -189,7 +210,7 @@ def test_the_sample_panel_in_a_browser(
         "sample (batch index)",
         "rms",
     ]
-    assert "red, sample 5, stands out most" in _text(browser, "sample-rms-label")
+    assert "orange, sample 5, stands out most" in _text(browser, "sample-rms-label")
 
     # No position: each channel's value of largest magnitude over the tokens.
     x = step2[OUTLIER].double()  # [tokens, channels]

@@ -51,17 +51,18 @@ def test_statistics_histograms_scalars_and_notes_read_back(tmp_path: Path) -> No
             assert event.value == pytest.approx(row[stat], rel=1e-6)  # stored as float32
         tag = tensorboard_tag(row["name"], row["kind"], row["attr"], row["grad"], "hist")
         (hist,) = [h for h in events.Histograms(tag) if h.step == row["step"]]
-        assert list(hist.histogram_value.bucket) == list(row["hist"])
-        assert list(hist.histogram_value.bucket_limit) == [
-            -6.0,
-            -4.0,
-            -2.0,
-            0.0,
-            2.0,
-            4.0,
-            6.0,
-            8.0,
-        ]
+        # The bins from the first filled one to the last (TensorBoard would draw the empty
+        # ones around them too), their right edges as the bucket limits.
+        counts = list(row["hist"])
+        filled = [k for k, c in enumerate(counts) if c]
+        first, last = filled[0], filled[-1]
+        assert list(hist.histogram_value.bucket) == counts[first : last + 1]
+        edges = [-8.0 + 2.0 * k for k in range(9)]
+        assert list(hist.histogram_value.bucket_limit) == edges[first + 1 : last + 2]
+        assert (hist.histogram_value.min, hist.histogram_value.max) == (
+            edges[first],
+            edges[last + 1],
+        )
     assert [(e.step, e.value) for e in events.Scalars("log/loss")] == [(0, 1.0), (1, 2.0), (2, 3.0)]
     (note,) = events.Tensors("notes/text_summary")
     assert note.step == 3 and note.tensor_proto.string_val == [b"finished"]
