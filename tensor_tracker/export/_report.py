@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._data.compare import Comparison
+from .._data.diagnose import diagnose
 from .._files import write_file
 from .._optional import require
 from .._probe.graph import ModuleGraph
@@ -106,7 +107,46 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
         "blockFormats": {},
         "log": {"scalars": {}, "notes": []},
         "samples": None,
+        "verdict": None,
     }
+
+
+def _owner(subject: str, modules: list[str]) -> int:
+    """The page's module a finding's subject belongs to (`"0"`, `"0.bias"`, `"0 input x"`,
+    `"<root> named s"`): the longest recorded module name that starts it; -1 for none."""
+    name = subject.split(" ", 1)[0]
+    name = "" if name == "<root>" else name
+    while True:
+        if name in modules:
+            return modules.index(name)
+        if not name:
+            return -1
+        name = name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def _verdict(recording: Any, steps: list[int], modules: list[str]) -> dict[str, Any]:
+    """What `diagnose` finds in the recording, ranked, for the top of the page: per finding
+    its sentence, the module to open (an index into `modules`, -1 for none: a loss spike)
+    and the step (an index into `steps`: the first recorded step at or after it). A scalar
+    logged as `"loss"` is given to the loss spike check."""
+    losses = {
+        int(r.step): float(r.value)
+        for r in getattr(recording, "logged", [])
+        if r.text is None and r.name == "loss"
+    }
+    diagnosis = diagnose(recording, loss=losses or None)
+    findings = []
+    for f in diagnosis.ranked():
+        at = next((i for i, s in enumerate(steps) if s >= f.steps[0]), len(steps) - 1)
+        findings.append(
+            {
+                "check": f.check,
+                "text": f.sentence(),
+                "module": _owner(f.modules[0], modules) if f.modules else -1,
+                "step": at,
+            }
+        )
+    return {"findings": findings, "none": diagnosis.verdict()[0] if not findings else None}
 
 
 def _payload(recording: Any, title: str) -> dict[str, Any]:
@@ -209,6 +249,8 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
             key: {"label": f.label, "floor": f.gaussian_error} for key, f in BLOCK_FORMATS.items()
         },
         "log": {"scalars": scalars, "notes": notes},
+        # The verdict at the top: what `diagnose` finds, most severe first.
+        "verdict": _verdict(recording, steps, modules),
         # Full copies: each sample's values per channel and rms (the sample panel).
         "samples": samples_payload(recording, steps, modules) if columns.copies else None,
     }
