@@ -164,13 +164,16 @@ class Diagnosis:
         """The findings, most severe first: what breaks training (NaN/inf, loss spikes,
         exploding gradients, overflow) before what slows or degrades it (vanishing
         gradients, dead units, outlier channels, saturation, underflow, update sizes); a
-        check not listed here (a newer one) after those, then in the order found.
+        check not listed here (a newer one) after those; of one rank, the finding about
+        more modules first, then in the order found.
 
         Example:
             >>> [f.check for f in tensor_tracker.diagnose(t).ranked()]   # a healthy run
             []
         """
-        return sorted(self.findings, key=lambda f: _severity(f.check))
+        # Of two findings of one rank, the one about more modules first: 195 module
+        # gradients flushing to zero before 24 parameters doing so.
+        return sorted(self.findings, key=lambda f: (_severity(f.check), -len(f.modules)))
 
     @property
     def checks_run(self) -> int:
