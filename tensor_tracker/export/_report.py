@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._data.compare import Comparison
+from .._data.depth import depth_layout
 from .._data.diagnose import diagnose
 from .._files import write_file
 from .._optional import require
@@ -108,6 +109,7 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
         "log": {"scalars": {}, "notes": []},
         "samples": None,
         "verdict": None,
+        "depth": None,
     }
 
 
@@ -122,6 +124,17 @@ def _owner(subject: str, modules: list[str]) -> int:
         if not name:
             return -1
         name = name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def _depth_payload(modules: list[str]) -> dict[str, Any]:
+    """Per slot of `depth_layout` its label and whether it is a repeated block; per module
+    its slot and role (`None` outside the blocks)."""
+    depth = depth_layout(modules)
+    return {
+        "slots": list(depth.slots),
+        "block": list(depth.is_block),
+        "place": [list(depth.place[m]) for m in modules],
+    }
 
 
 def _verdict(recording: Any, steps: list[int], modules: list[str]) -> dict[str, Any]:
@@ -249,6 +262,9 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
             key: {"label": f.label, "floor": f.gaussian_error} for key, f in BLOCK_FORMATS.items()
         },
         "log": {"scalars": scalars, "notes": notes},
+        # The scale chart's x axis: each module's block (a slot) and its role in it, as
+        # scale_plot groups them; a module outside the repeated blocks is a slot alone.
+        "depth": _depth_payload(modules),
         # The verdict at the top: what `diagnose` finds, most severe first.
         "verdict": _verdict(recording, steps, modules),
         # Full copies: each sample's values per channel and rms (the sample panel).
