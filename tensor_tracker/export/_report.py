@@ -162,7 +162,7 @@ def _verdict(recording: Any, steps: list[int], modules: list[str]) -> dict[str, 
     return {"findings": findings, "none": diagnosis.verdict()[0] if not findings else None}
 
 
-def _payload(recording: Any, title: str) -> dict[str, Any]:
+def _payload(recording: Any, title: str, verdict: bool = True) -> dict[str, Any]:
     np = require("numpy", "pandas")
     columns = columns_of(recording, "report(recording, path)")
     frame, histograms = columns.frame, columns.histograms
@@ -266,7 +266,7 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
         # scale_plot groups them; a module outside the repeated blocks is a slot alone.
         "depth": _depth_payload(modules),
         # The verdict at the top: what `diagnose` finds, most severe first.
-        "verdict": _verdict(recording, steps, modules),
+        "verdict": _verdict(recording, steps, modules) if verdict else None,
         # Full copies: each sample's values per channel and rms (the sample panel).
         "samples": samples_payload(recording, steps, modules) if columns.copies else None,
     }
@@ -287,7 +287,9 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
         recording = compared.a
     payload = _nothing_recorded(title) if recording is None else _payload(recording, title)
     if compared is not None:
-        payload["compare"] = comparison_payload(compared, payload)
+        # Run b's values too (its verdict aside): every chart overlays both runs.
+        other = _payload(compared.b, title, verdict=False)
+        payload["compare"] = comparison_payload(compared, payload, other)
     payload["graph"] = None if graph is None else graph.to_dict()
     payload["view"] = view
     text = resources.files(__package__).joinpath("report.html").read_text()

@@ -86,9 +86,7 @@ def test_the_first_screen_names_a_planted_problem_and_opens_it(
     assert link.text == "mixer.amplifier, steps 0-3"
     browser.save_screenshot(str(_folder(tmp_path) / f"verdict_{view}_{size}.png"))
     link.click()
-    assert browser.find_element(By.ID, "panel-title").text.startswith(
-        "mixer.amplifier (Amplifier)"
-    )
+    assert browser.find_element(By.ID, "panel-title").text.startswith("mixer.amplifier (Amplifier)")
     assert browser.find_element(By.ID, "step-value").text == "0"
     # The graph opens the level that holds the module, its node picked.
     assert browser.execute_script("return graphState.level") == "mixer#0"
