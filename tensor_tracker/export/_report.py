@@ -308,14 +308,19 @@ def report(
     and loads nothing from the network (every script and style is inside; a Content
     Security Policy forbids any request).
 
-    The page shows the modules (filterable; a menu on a phone), the picked module's values
+    At the top, the verdict: what `diagnose` finds (with a scalar logged as `"loss"` as its
+    loss), most severe first, one sentence each naming the module and the step, a link that
+    opens them; or how many checks found nothing. The page then shows the modules
+    (filterable; a menu on a phone), the picked module's values
     at the chosen step (one number format per table) and its statistics over the steps
     (outputs, gradients, parameters and their gradients, whatever was recorded) with their
     histograms over the steps when histograms were recorded (a line says how to record them
     otherwise). "pin" keeps a module on the page, so that several sit side by side. The scale
-    chart shows every module's output and gradient at the chosen step against the
-    fp16/bf16/fp8 limits; hover or tap a point for its module and value, click it to open
-    the module. Every statistic recorded is offered; counts and fractions are drawn on a
+    chart shows every module's output (circles) and gradient (squares) at the chosen step
+    against the fp16/bf16/fp8 limits, along x grouped by repeated block as `scale_plot`
+    groups them (the readout names the block and the module's role in it), the points
+    beyond fp16's range ringed; hover or tap a point for its module and value, click it to
+    open the module. Every statistic recorded is offered; counts and fractions are drawn on a
     linear axis, magnitudes as log2. The scalars of `log()` are charts over the steps, the
     notes marked on every step axis. A slider picks the step. A recording of full copies
     also gets a sample panel: pick a batch index (and a position, e.g. a token) to see that
@@ -334,7 +339,10 @@ def report(
     green bitwise equal, blue within the tolerance, red beyond; hover or tap a point for its
     module, error and status, click it to open the module), the module list and the
     graph's nodes coloured the same way (darker for larger errors), and each series' error
-    in the module's panel.
+    in the module's panel ("not recorded in run b" where run b has none). The tolerance is
+    shown in epsilons of the coarsest dtype compared and can be changed on the page (the
+    statuses are then recomputed from the error, atol left out). Every chart over the
+    steps overlays run b's line (dashed) on run a's, the logged scalars (the loss) too.
 
     Args:
         recording: a `Tracker`, live or `load`ed, or a `Comparison`; `None` for a page of
