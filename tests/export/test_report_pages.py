@@ -264,7 +264,7 @@ def test_the_report_of_a_bert_run(
         select,
     )
     labels = browser.execute_script("return scalePlot.axes.map((a) => a.label)")
-    assert labels == ["module (in the order they ran)", "fp16_overflow"]
+    assert labels == ["block (in the order they ran)", "fp16_overflow"]
     assert browser.execute_script("return scalePlot.data[1].filter((v) => v === 0).length") > 200
     # Every chart has labelled axes, steps on x; the notes are marked and labelled on them.
     axes = browser.execute_script(
