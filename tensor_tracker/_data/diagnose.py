@@ -25,7 +25,7 @@ from .spike import explain_frame, loss_series, loss_spikes, param_updates, worst
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["Diagnosis", "Finding", "dead_fraction", "diagnose", "diagnosis_stats"]
+__all__ = ["Diagnosis", "Finding", "dead_fraction", "diagnose", "diagnosis_stats", "verdict_html"]
 
 
 def dead_fraction(x: Tensor) -> Tensor:
@@ -104,6 +104,22 @@ class Finding:
     explanation: str
     suggestion: str
 
+    def sentence(self) -> str:
+        """The finding in one sentence naming what it is about and the step: the line of
+        the verdicts (`Diagnosis.ranked`, the top of `print(diagnosis)`, the report).
+
+        Example:
+            >>> finding = tensor_tracker.Finding("dead_units", ("1",), (0, 2), {}, "half dead", "")
+            >>> finding.sentence()
+            '1, steps 0-2: half dead'
+        """
+        where = self.modules[0] or "<root>" if self.modules else "the loss"
+        if len(self.modules) > 1:
+            where += f" (+{len(self.modules) - 1} more)"
+        first, last = self.steps
+        steps = f"step {first}" if first == last else f"steps {first}-{last}"
+        return f"{where}, {steps}: {self.explanation}"
+
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class Diagnosis:
@@ -144,6 +160,43 @@ class Diagnosis:
     def __getitem__(self, index: int) -> Finding:
         return self.findings[index]
 
+    def ranked(self) -> list[Finding]:
+        """The findings, most severe first: what breaks training (NaN/inf, loss spikes,
+        exploding gradients, overflow) before what slows or degrades it (vanishing
+        gradients, dead units, outlier channels, saturation, underflow, update sizes); a
+        check not listed here (a newer one) after those; of one rank, the finding about
+        more modules first, then in the order found.
+
+        Example:
+            >>> [f.check for f in tensor_tracker.diagnose(t).ranked()]   # a healthy run
+            []
+        """
+        # Of two findings of one rank, the one about more modules first: 195 module
+        # gradients flushing to zero before 24 parameters doing so.
+        return sorted(self.findings, key=lambda f: (_severity(f.check), -len(f.modules)))
+
+    @property
+    def checks_run(self) -> int:
+        """How many checks ran (those not skipped for want of a statistic)."""
+        return sum(not v.startswith("skipped") for v in self.checked.values())
+
+    def verdict(self) -> list[str]:
+        """The ranked findings as numbered sentences (`Finding.sentence`), or one line
+        saying that nothing was found and by how many checks: the summary at the top of
+        `print(diagnosis)`, the report and the viewers.
+
+        Example:
+            >>> tensor_tracker.diagnose(t).verdict()   # doctest: +ELLIPSIS
+            ['No problems found by 5 checks (2 skipped: see checked).']
+        """
+        if not self.findings:
+            skipped = len(self.checked) - self.checks_run
+            return [
+                f"No problems found by {self.checks_run} checks"
+                + (f" ({skipped} skipped: see checked)." if skipped else ".")
+            ]
+        return [f"{k}. {f.sentence()}" for k, f in enumerate(self.ranked(), 1)]
+
     def to_frame(self) -> pandas.DataFrame:
         """The findings as a DataFrame, one row each (columns as `Finding`'s fields)."""
         pd = require("pandas", "pandas")
@@ -166,9 +219,10 @@ class Diagnosis:
 
     def __str__(self) -> str:
         if not self.findings:
-            lines = ["No findings."]
+            lines = ["No findings.", *self.verdict()]
         else:
-            lines = [f"{len(self.findings)} finding(s):"]
+            lines = [f"{len(self.findings)} finding(s), most severe first:", *self.verdict()]
+            lines.append("Details:")
             for check, modules, steps, evidence, text in self._rows():
                 lines.append(f"- {check} [{modules}] steps {steps}: {text}")
                 lines.append(f"    {evidence}")
@@ -185,9 +239,51 @@ class Diagnosis:
             "<tr>" + "".join(f"<td style='text-align:left'>{esc(c)}</td>" for c in row) + "</tr>"
             for row in self._rows()
         )
-        table = f"<table><tr>{head}</tr>{body}</table>" if self.findings else "<p>No findings.</p>"
+        summary = verdict_html(self)
+        table = f"<table><tr>{head}</tr>{body}</table>" if self.findings else ""
         checked = "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in self.checked.items())
-        return f"{table}<details><summary>checked</summary><ul>{checked}</ul></details>"
+        return f"{summary}{table}<details><summary>checked</summary><ul>{checked}</ul></details>"
+
+
+# The order of `Diagnosis.ranked`: what breaks a run first. Format checks are ranked by
+# their suffix; a check missing here comes after these.
+_SEVERITY = (
+    "nonfinite",
+    "loss_spike",
+    "exploding_gradients",
+    "_overflow",
+    "vanishing_gradients",
+    "dead_units",
+    "outlier_channels",
+    "saturation",
+    "_error",
+    "_underflow",
+    "update_size",
+)
+
+
+def _severity(check: str) -> int:
+    for rank, name in enumerate(_SEVERITY):
+        if check == name or (name.startswith("_") and check.endswith(name)):
+            return rank
+    return len(_SEVERITY)
+
+
+def verdict_html(diagnosis: Diagnosis, limit: int = 5) -> str:
+    """The verdict as a short HTML block (the first output of a viewer, the top of a
+    diagnosis' table): the `limit` most severe findings, one sentence each, and how many
+    more; or the line that nothing was found."""
+    lines = diagnosis.verdict()
+    if not diagnosis.findings:
+        return f"<p class='tt-verdict' style='color:#1b5e20'>{html.escape(lines[0])}</p>"
+    more = len(lines) - limit
+    items = "".join(f"<li>{html.escape(line.split('. ', 1)[1])}</li>" for line in lines[:limit])
+    tail = f"<li>... and {more} more (print(diagnose(t)))</li>" if more > 0 else ""
+    head = f"<b>{len(lines)} problem(s) found</b>, most severe first:"
+    return (
+        f"<div class='tt-verdict' style='border-left:4px solid #b00020;padding:2px 8px;"
+        f"margin:4px 0'>{head}<ol style='margin:2px 0'>{items}{tail}</ol></div>"
+    )
 
 
 def _fmt(value: float | str) -> str:
@@ -798,6 +894,7 @@ def diagnose(
         >>> diagnosis = tensor_tracker.diagnose(t)  # a table in a notebook
         >>> print(diagnosis)  # doctest: +ELLIPSIS
         No findings.
+        No problems found by 5 checks (2 skipped: see checked).
         Checked: nonfinite: the min/max (or nonfinite, sum) of every recorded tensor; ...
     """
     if isinstance(formats, str) or not isinstance(formats, Sequence):

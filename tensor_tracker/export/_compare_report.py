@@ -3,6 +3,7 @@ every record over the steps, its status, the counts and the first divergences.""
 
 from __future__ import annotations
 
+import base64
 import math
 from typing import Any
 
@@ -19,11 +20,46 @@ def _floats(values: Any) -> list[float | None]:
     return [None if not math.isfinite(v) else float(v) for v in values]
 
 
-def comparison_payload(cmp: Comparison, payload: dict[str, Any]) -> dict[str, Any]:
+def _run_b(cmp: Comparison, payload: dict[str, Any], b: dict[str, Any]) -> list[Any]:
+    """Per series of run a's `payload`: run b's statistics at run a's steps (float32
+    base64, as run a's; NaN where b has no value), or `None` when run b did not record
+    that series. `b` is the payload of run b; a's names are mapped to b's as `compare`
+    aligned them."""
+    np = require("numpy", "pandas")
+    frame = cmp.to_frame()
+    to_b = dict(zip(frame["name"], frame["name_b"], strict=True))
+    names_b = [m["name"] for m in b["modules"]]
+    at = {s: i for i, s in enumerate(b["steps"])}
+    where = [at.get(s, -1) for s in payload["steps"]]
+    index = {(names_b[e["module"]], e["kind"], e["attr"], e["grad"]): e for e in b["series"]}
+    out: list[Any] = []
+    for entry in payload["series"]:
+        name = payload["modules"][entry["module"]]["name"]
+        other = index.get((to_b.get(name, name), entry["kind"], entry["attr"], entry["grad"]))
+        if other is None:
+            out.append(None)
+            continue
+        stats = {}
+        for stat, text in other["stats"].items():
+            if stat not in entry["stats"]:
+                continue
+            values = np.frombuffer(base64.b64decode(text), dtype="<f4")
+            aligned = np.array([values[i] if i >= 0 else np.nan for i in where], dtype="<f4")
+            stats[stat] = base64.b64encode(aligned.tobytes()).decode()
+        out.append(stats)
+    return out
+
+
+def comparison_payload(
+    cmp: Comparison, payload: dict[str, Any], b: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """`payload["compare"]` for the report of run `a` in `payload`: per series of the
     payload (module, kind, attr, grad) and step, the largest error over the calls and the
     worst status (`null`/-1 where nothing was aligned); the error column's name, the
-    tolerance, the counts and the first divergences."""
+    tolerance (as text, and rtol, atol and the epsilon that is its unit, for the page's
+    control), the counts and the first divergences; with `b`, the payload of run b, each
+    series' values in run b (`b`: None where run b did not record it) and run b's logged
+    scalars, so that the page overlays both runs."""
     np = require("numpy", "pandas")
     frame = cmp.to_frame()
     column = cmp.error_column
@@ -54,6 +90,9 @@ def comparison_payload(cmp: Comparison, payload: dict[str, Any]) -> dict[str, An
                 errors[i] = value if np.isnan(errors[i]) else max(errors[i], value)
                 codes[i] = max(codes[i], int(code))
         series.append({"error": _floats(errors), "status": [int(c) for c in codes]})
+    if b is not None:
+        for entry, values in zip(series, _run_b(cmp, payload, b), strict=True):
+            entry["b"] = values
     first = {}
     for grad, label in ((False, "forward"), (True, "gradient")):
         d = cmp.first_divergence(grad=grad)
@@ -61,6 +100,10 @@ def comparison_payload(cmp: Comparison, payload: dict[str, Any]) -> dict[str, An
     return {
         "column": column,
         "tolerance": f"rtol={cmp.rtol:g}, atol={cmp.atol:g}",
+        "rtol": cmp.rtol,
+        "atol": cmp.atol,
+        "eps": cmp.eps,
+        "logB": None if b is None else b["log"]["scalars"],
         "counts": cmp.counts(),
         "first": first,
         "series": series,

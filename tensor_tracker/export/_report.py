@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .._data.compare import Comparison
+from .._data.depth import depth_layout
+from .._data.diagnose import diagnose
 from .._files import write_file
 from .._optional import require
 from .._probe.graph import ModuleGraph
@@ -106,10 +108,61 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
         "blockFormats": {},
         "log": {"scalars": {}, "notes": []},
         "samples": None,
+        "verdict": None,
+        "depth": None,
     }
 
 
-def _payload(recording: Any, title: str, view: str) -> dict[str, Any]:
+def _owner(subject: str, modules: list[str]) -> int:
+    """The page's module a finding's subject belongs to (`"0"`, `"0.bias"`, `"0 input x"`,
+    `"<root> named s"`): the longest recorded module name that starts it; -1 for none."""
+    name = subject.split(" ", 1)[0]
+    name = "" if name == "<root>" else name
+    while True:
+        if name in modules:
+            return modules.index(name)
+        if not name:
+            return -1
+        name = name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def _depth_payload(modules: list[str]) -> dict[str, Any]:
+    """Per slot of `depth_layout` its label and whether it is a repeated block; per module
+    its slot and role (`None` outside the blocks)."""
+    depth = depth_layout(modules)
+    return {
+        "slots": list(depth.slots),
+        "block": list(depth.is_block),
+        "place": [list(depth.place[m]) for m in modules],
+    }
+
+
+def _verdict(recording: Any, steps: list[int], modules: list[str]) -> dict[str, Any]:
+    """What `diagnose` finds in the recording, ranked, for the top of the page: per finding
+    its sentence, the module to open (an index into `modules`, -1 for none: a loss spike)
+    and the step (an index into `steps`: the first recorded step at or after it). A scalar
+    logged as `"loss"` is given to the loss spike check."""
+    losses = {
+        int(r.step): float(r.value)
+        for r in getattr(recording, "logged", [])
+        if r.text is None and r.name == "loss"
+    }
+    diagnosis = diagnose(recording, loss=losses or None)
+    findings = []
+    for f in diagnosis.ranked():
+        at = next((i for i, s in enumerate(steps) if s >= f.steps[0]), len(steps) - 1)
+        findings.append(
+            {
+                "check": f.check,
+                "text": f.sentence(),
+                "module": _owner(f.modules[0], modules) if f.modules else -1,
+                "step": at,
+            }
+        )
+    return {"findings": findings, "none": diagnosis.verdict()[0] if not findings else None}
+
+
+def _payload(recording: Any, title: str, view: str, verdict: bool = True) -> dict[str, Any]:
     np = require("numpy", "pandas")
     columns = columns_of(recording, "report(recording, path)")
     frame, histograms = columns.frame, columns.histograms
@@ -225,6 +278,11 @@ def _payload(recording: Any, title: str, view: str) -> dict[str, Any]:
             key: {"label": f.label, "floor": f.gaussian_error} for key, f in BLOCK_FORMATS.items()
         },
         "log": {"scalars": scalars, "notes": notes},
+        # The scale chart's x axis: each module's block (a slot) and its role in it, as
+        # scale_plot groups them; a module outside the repeated blocks is a slot alone.
+        "depth": _depth_payload(modules),
+        # The verdict at the top: what `diagnose` finds, most severe first.
+        "verdict": _verdict(recording, steps, modules) if verdict else None,
         # Full copies: each sample's values per channel and rms (the sample panel).
         # Not in the graph view, which has no sample panel (up to 5.6 MB saved).
         "samples": samples_payload(recording, steps, modules)
@@ -248,7 +306,9 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
         recording = compared.a
     payload = _nothing_recorded(title) if recording is None else _payload(recording, title, view)
     if compared is not None:
-        payload["compare"] = comparison_payload(compared, payload)
+        # Run b's values too (its verdict aside): every chart overlays both runs.
+        other = _payload(compared.b, title, view, verdict=False)
+        payload["compare"] = comparison_payload(compared, payload, other)
     payload["graph"] = None if graph is None else graph.to_dict()
     payload["view"] = view
     text = resources.files(__package__).joinpath("report.html").read_text()
@@ -267,14 +327,19 @@ def report(
     and loads nothing from the network (every script and style is inside; a Content
     Security Policy forbids any request).
 
-    The page shows the modules (filterable; a menu on a phone), the picked module's values
+    At the top, the verdict: what `diagnose` finds (with a scalar logged as `"loss"` as its
+    loss), most severe first, one sentence each naming the module and the step, a link that
+    opens them; or how many checks found nothing. The page then shows the modules
+    (filterable; a menu on a phone), the picked module's values
     at the chosen step (one number format per table) and its statistics over the steps
     (outputs, gradients, parameters and their gradients, whatever was recorded) with their
     histograms over the steps when histograms were recorded (a line says how to record them
     otherwise). "pin" keeps a module on the page, so that several sit side by side. The scale
-    chart shows every module's output and gradient at the chosen step against the
-    fp16/bf16/fp8 limits; hover or tap a point for its module and value, click it to open
-    the module. Every statistic recorded is offered; counts and fractions are drawn on a
+    chart shows every module's output (circles) and gradient (squares) at the chosen step
+    against the fp16/bf16/fp8 limits, along x grouped by repeated block as `scale_plot`
+    groups them (the readout names the block and the module's role in it), the points
+    beyond fp16's range ringed; hover or tap a point for its module and value, click it to
+    open the module. Every statistic recorded is offered; counts and fractions are drawn on a
     linear axis, magnitudes as log2. The scalars of `log()` are charts over the steps, the
     notes marked on every step axis. A slider picks the step. A recording of full copies
     also gets a sample panel: pick a batch index (and a position, e.g. a token) to see that
@@ -303,7 +368,10 @@ def report(
     palette that colour-blind readers tell apart); hover or tap a point for its
     module, error and status, click it to open the module), the module list and the
     graph's nodes coloured the same way (darker for larger errors), and each series' error
-    in the module's panel.
+    in the module's panel ("not recorded in run b" where run b has none). The tolerance is
+    shown in epsilons of the coarsest dtype compared and can be changed on the page (the
+    statuses are then recomputed from the error, atol left out). Every chart over the
+    steps overlays run b's line (dashed) on run a's, the logged scalars (the loss) too.
 
     Args:
         recording: a `Tracker`, live or `load`ed, or a `Comparison`; `None` for a page of

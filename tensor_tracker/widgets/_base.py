@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import plot
 from .._data._views import Choice, Drawing, Note
+from .._data.diagnose import diagnose, verdict_html
 from .._optional import require
 from ..plot._figure import at_most, fixed_margins
 
@@ -142,16 +143,29 @@ class Panel:
 
 
 def make_viewer(
-    w: Any, controls: dict[str, Any], rows: Sequence[Any], panel: Panel, redraw: Callable[[], None]
+    w: Any,
+    controls: dict[str, Any],
+    rows: Sequence[Any],
+    panel: Panel,
+    redraw: Callable[[], None],
+    recording: Any = None,
 ) -> Any:
-    """The VBox with `controls`, `figure`, `message`, `image` and `redraw` attached."""
+    """The VBox with `controls`, `figure`, `message`, `image`, `redraw` and `verdict`
+    attached. With a `recording` that `diagnose` finds problems in, their verdict is the
+    viewer's first output (`verdict`: that HTML widget; None when nothing was found)."""
     for row in rows:
         # A row of controls wraps onto the next line when the output area is narrow (a
         # phone, a side-by-side notebook) instead of cutting the last controls off.
         row.layout.flex_flow = "row wrap"
         for control in getattr(row, "children", ()):  # a dropdown's 300 px: wider than a phone
             control.layout.max_width = "100%"
-    box = w.VBox([*rows, panel.box], layout={"width": "100%", "max_width": "100%"})
+    diagnosis = None if recording is None else diagnose(recording)
+    verdict = w.HTML(value=verdict_html(diagnosis)) if diagnosis else None
+    box = w.VBox(
+        [*([verdict] if verdict else []), *rows, panel.box],
+        layout={"width": "100%", "max_width": "100%"},
+    )
+    box.verdict = verdict
     box.controls = controls
     box.message = panel.message
     box.image = panel.image

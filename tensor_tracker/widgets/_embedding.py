@@ -139,7 +139,7 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
             ]
         ),
     ]
-    box = make_viewer(w, c, rows, panel, redraw)
+    box = make_viewer(w, c, rows, panel, redraw, tracker)
     box.selection = selection
     selection.value = selection_text(c["layers"].value)
     box.redraw()

@@ -142,7 +142,7 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
         w.HBox([c["grad"], c["step"], c["call"]]),
         w.HBox([c["log2"], c["bins"]]),
     ]
-    box = make_viewer(w, c, rows, panel, redraw)
+    box = make_viewer(w, c, rows, panel, redraw, tracker)
     refresh_choices()
     box.redraw()
     return box

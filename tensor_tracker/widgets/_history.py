@@ -146,7 +146,7 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
     rows = [
         w.HBox([w.VBox([c["stat"], c["grad"], c["role"], c["search"], c["limits"]]), c["modules"]])
     ]
-    box = make_viewer(w, c, rows, panel, redraw)
+    box = make_viewer(w, c, rows, panel, redraw, tracker)
     box.children = (*box.children, c["heatmap_module"], heat.box)
     box.heatmap_message = heat.message
     box.heatmap_image = heat.image

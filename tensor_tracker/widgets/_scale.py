@@ -79,6 +79,6 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
     observe([c["kind"]], on_kind)
     observe([c["stat"], c["step"], c["limits"]], redraw)
     row = w.HBox([c["stat"], c["kind"], c["step"], c["limits"]])
-    box = make_viewer(w, c, [row], panel, redraw)
+    box = make_viewer(w, c, [row], panel, redraw, tracker)
     box.redraw()
     return box

@@ -514,3 +514,39 @@ def test_update_size_from_update_records(lr: float, word: str) -> None:
     assert word in found.explanation and len(found.modules) == 6
     assert found.evidence["update/parameter rms (median)"] == pytest.approx(ratios.median())
     assert diagnose(t).checked["update_size"].startswith("12 update(s) of 6 parameter(s)")
+
+
+def test_the_verdict_ranks_what_breaks_a_run_first() -> None:
+    class Boost(nn.Module):  # a layer whose output is a million times too large
+        def forward(self, x: Tensor) -> Tensor:
+            return x * 1e6
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*_mlp(nn.Sigmoid, depth=12)[:-1], Boost(), nn.Linear(32, 1))
+    diagnosis = diagnose(_train(model, steps=1, lr=0.0))
+    # Found in the order of the checks; ranked: the overflow before the slower harms.
+    assert _checks(diagnosis)[0] == "vanishing_gradients"
+    ranked = diagnosis.ranked()
+    # The gradients overflow too, at more modules: they come first.
+    assert [f.check for f in ranked[:2]] == ["fp16_overflow", "fp16_overflow"]
+    assert len(ranked[0].modules) > len(ranked[1].modules) and ranked[1].modules[0] == "24"
+    verdict = diagnosis.verdict()
+    assert verdict[1].startswith(
+        "2. 24 (+2 more), step 0: values of 3 module(s) exceed the largest"
+    )
+    assert len(verdict) == len(diagnosis)
+    lines = str(diagnosis).splitlines()
+    assert lines[0] == f"{len(diagnosis)} finding(s), most severe first:"
+    assert lines[1 : 1 + len(verdict)] == verdict  # the summary before the details
+    assert lines[1 + len(verdict)] == "Details:"
+    assert "24 (+2 more), step 0: values of 3 module(s) exceed" in diagnosis._repr_html_()
+
+
+def test_the_verdict_of_a_clean_run_counts_the_checks() -> None:
+    diagnosis = diagnose(_train(_healthy(), steps=2))
+    ran = [k for k, v in diagnosis.checked.items() if not v.startswith("skipped")]
+    assert diagnosis.verdict() == [
+        f"No problems found by {len(ran)} checks (1 skipped: see checked)."
+    ]
+    assert str(diagnosis).splitlines()[1] == diagnosis.verdict()[0]
+    assert "No problems found by" in diagnosis._repr_html_()

@@ -240,7 +240,10 @@ def test_the_report_of_a_bert_run(
     _wait(browser, f"return document.getElementById('scale-readout').dataset.module === '{name}'")
     step = t.to_frame().query("name == @name and kind == 'output' and not grad")
     rms = float(step[step["step"] == 29]["rms"].mean())
-    assert readout.text.startswith(f"{name} (Linear) \u00b7 step 29 \u00b7 rms: value ")
+    assert readout.text.startswith(
+        f"{name} (Linear) \u00b7 block encoder.layer.3, role intermediate.dense"
+        " \u00b7 step 29 \u00b7 rms: value "
+    )
     value = float(re.search(r"value ([-0-9.e+]+)", readout.text).group(1))  # type: ignore[union-attr]
     assert value == pytest.approx(rms, rel=1e-3)
     if phone:
@@ -261,7 +264,7 @@ def test_the_report_of_a_bert_run(
         select,
     )
     labels = browser.execute_script("return scalePlot.axes.map((a) => a.label)")
-    assert labels == ["module (in the order they ran)", "fp16_overflow"]
+    assert labels == ["block (in the order they ran)", "fp16_overflow"]
     assert browser.execute_script("return scalePlot.data[1].filter((v) => v === 0).length") > 200
     # Every chart has labelled axes, steps on x; the notes are marked and labelled on them.
     axes = browser.execute_script(

@@ -15,6 +15,7 @@ pytest.importorskip("matplotlib")
 import ipywidgets
 
 from tensor_tracker import Tracker, plot, track, widgets
+from tensor_tracker.stats import histogram as stats_histogram
 from tensor_tracker.widgets._base import Panel
 from tests.helpers import stash, tiny_model
 
@@ -32,6 +33,30 @@ def shows_message(viewer: Any, text: str) -> bool:
 
 
 # -- every viewer --------------------------------------------------------------------------
+
+
+def test_a_viewer_of_a_run_with_problems_says_so_first() -> None:
+    class Amplifier(torch.nn.Module):  # outputs past float16's range
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 1e6
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), Amplifier(), torch.nn.LayerNorm(8))
+    with track(model, stats=["rms", "abs_max", stats_histogram()]) as t:
+        for _ in range(2):
+            model(torch.randn(4, 8)).sum().backward()
+            t.step()
+    for make in (widgets.scale_viewer, widgets.histogram_viewer, widgets.history_viewer):
+        viewer = make(t)
+        assert viewer.children[0] is viewer.verdict, make.__name__
+        assert "1, steps 0-1: values of 1 module(s) exceed the largest float16" in (
+            viewer.verdict.value
+        )
+
+
+def test_a_viewer_of_a_run_without_problems_has_no_verdict(full: Tracker) -> None:
+    viewer = widgets.scale_viewer(full)
+    assert viewer.verdict is None and viewer.children[0] is not None
 
 
 def test_rows_of_controls_wrap_in_a_narrow_output_area(full: Tracker) -> None:
