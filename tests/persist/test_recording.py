@@ -229,7 +229,6 @@ def test_streaming_keeps_memory_flat(tmp_path: Path) -> None:
     assert sorted(set(loaded.to_frame()["step"])) == list(range(30))
 
 
-
 def test_streaming_reads_the_statistics_in_one_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
