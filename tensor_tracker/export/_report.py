@@ -19,6 +19,7 @@ from .._validate import check_path, check_type
 from ..errors import ArgumentTypeError
 from ..stats._builtin import BUILTINS
 from ..stats.formats import BLOCK_FORMATS, FORMATS
+from ._channels import channels_payload
 from ._columns import columns_of
 from ._compare_report import comparison_payload
 from ._html import fill, script_json
@@ -106,6 +107,7 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
         "blockFormats": {},
         "log": {"scalars": {}, "notes": []},
         "samples": None,
+        "channels": None,
     }
 
 
@@ -211,6 +213,8 @@ def _payload(recording: Any, title: str) -> dict[str, Any]:
         "log": {"scalars": scalars, "notes": notes},
         # Full copies: each sample's values per channel and rms (the sample panel).
         "samples": samples_payload(recording, steps, modules) if columns.copies else None,
+        # Statistics per channel (or full copies): the channels x modules panel.
+        "channels": channels_payload(frame, recording, modules),
     }
 
 
@@ -262,7 +266,11 @@ def report(
     sample's values per channel at the picked module, beside every sample's rms across the
     batch with the sample that stands out most in red (see `tensor_tracker.sample_values`;
     the page keeps at most 2**20 numbers for it, about 5.6 MB, the last steps first; over
-    that, each channel's largest value over the positions). Charts zoom by dragging
+    that, each channel's largest value over the positions). With statistics per channel
+    (`stats.per_channel("abs_max")`, or full copies) a channels x modules panel shows each
+    module's channels against its median channel, one row per module as wide as the panel,
+    and names and frames the outlier channels `diagnose` reports (over 10 times their
+    module's median channel); without them it says how to record them. Charts zoom by dragging
     (double-click resets). The numbers are all there (float32).
 
     Charts are drawn by uPlot and the graph laid out by dagre, both inlined (see
