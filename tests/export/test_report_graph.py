@@ -1,9 +1,9 @@
 """The module graph of a GPT-2 (built offline from `GPT2Config`, 4 layers) in the report and
 the graph view, in headless Chromium at 1440x900 and 390x844: the blocks in a straight
 column with no edge crossing another or passing over a node (the KV cache's edges, which
-skip over blocks, behind a toggle), the note on inputs with no autograd path folded, the
-graph following a module picked in the list, and the graph view's frame as tall as the
-graph. Screenshots go to the test's folder, or to `$TT_SCREENSHOTS`."""
+skip over blocks, behind a toggle), the graph following a module picked in the list, the
+graph view's frame as tall as the graph; and the note on inputs with no autograd path
+folded. Screenshots go to the test's folder, or to `$TT_SCREENSHOTS`."""
 
 from __future__ import annotations
 
@@ -39,9 +39,16 @@ def gpt2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         model(ids, attention_mask=mask)
         t.step()
     folder = tmp_path_factory.mktemp("gpt2")
+    view = tt.graph_view(graph, t)
+    # The notebook's output inside a page, as JupyterLab shows it (its script runs).
+    host = folder / "notebook.html"
+    host.write_text(
+        f"<html><body><div style='width: 95vw'>{view._repr_html_()}</div></body></html>"
+    )
     return {
         "report": tt.report(t, folder / "report.html", graph=graph),
-        "graph": tt.graph_view(graph, t).save(folder / "graph.html"),
+        "graph": view.save(folder / "graph.html"),
+        "notebook": host,
     }
 
 
@@ -157,12 +164,6 @@ def test_the_graph_follows_a_module_picked_in_the_list(
     browser: Any,  # noqa: F811
 ) -> None:
     _open(browser, gpt2["report"], SIZES[size])
-    # The note on inputs with no autograd path (the mask) folded under one line.
-    notes = browser.find_element("id", "graph-notes")
-    details = notes.find_elements("css selector", "details")
-    if details:
-        assert details[0].get_attribute("open") is None
-        assert len(notes.text.splitlines()) == 1 and "no autograd path" in notes.text
     name = "transformer.h.3.mlp.c_proj"
     if size == "phone":
         browser.find_element("id", "menu").click()
@@ -182,4 +183,76 @@ def test_the_graph_follows_a_module_picked_in_the_list(
     )
     assert inside
     browser.save_screenshot(str(_folder(tmp_path) / f"gpt2-follow-{size}.png"))
+    assert console_errors(browser) == []
+
+
+_FRAME = """
+const f = document.querySelector('iframe.tensor-tracker-graph');
+return f.getBoundingClientRect().height;
+"""
+# Inside the frame: the graph's box shows the whole drawing (nothing to scroll to).
+_WHOLE = "const b = document.getElementById('graph'); return b.scrollHeight <= b.clientHeight + 1;"
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_the_graph_view_frame_is_as_tall_as_the_graph(
+    size: str,
+    gpt2: dict[str, Path],
+    tmp_path: Path,
+    browser: Any,  # noqa: F811
+) -> None:
+    browser.set_window_size(*SIZES[size])
+    console_errors(browser)
+    browser.get(gpt2["notebook"].as_uri())
+    frame = browser.find_element("css selector", "iframe.tensor-tracker-graph")
+    browser.switch_to.frame(frame)
+    try:
+        wait_for(browser, "return document.body.dataset.ready === 'true'")
+        assert browser.execute_script(_WHOLE)
+        _open_level(browser)  # 10 layers: taller than the frame it opened in
+        wait_for(browser, _WHOLE)
+        browser.switch_to.default_content()
+        tall = browser.execute_script(_FRAME)
+        assert tall > 560
+        browser.save_screenshot(str(_folder(tmp_path) / f"gpt2-graph_view-{size}.png"))
+        browser.switch_to.frame(frame)
+        browser.find_element("css selector", "#graph-crumbs a").click()  # back up: shorter
+        browser.switch_to.default_content()
+        wait_for(
+            browser,
+            "return document.querySelector('iframe.tensor-tracker-graph')"
+            f".getBoundingClientRect().height < {tall}",
+        )
+    finally:
+        browser.switch_to.default_content()
+    assert console_errors(browser) == []
+
+
+class _Gated(torch.nn.Module):
+    """`b` reads a mask made from a comparison: an input with no autograd path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) * self.b((x > 0).float())
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_the_note_on_inputs_with_no_autograd_path_is_folded(
+    size: str,
+    tmp_path: Path,
+    browser: Any,  # noqa: F811
+) -> None:
+    graph = tt.module_graph(_Gated(), torch.randn(4, 8))
+    assert graph.disconnected
+    _open(browser, tt.report(None, tmp_path / "gated.html", graph=graph), SIZES[size])
+    notes = browser.find_element("id", "graph-notes")
+    details = notes.find_element("css selector", "details")
+    assert details.get_attribute("open") is None
+    assert notes.text == "1 input with no autograd path (not drawn)"
+    details.find_element("css selector", "summary").click()
+    assert "input 0 of b#0" in notes.text and "masks" in notes.text
     assert console_errors(browser) == []
