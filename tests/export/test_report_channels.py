@@ -162,3 +162,15 @@ def test_without_statistics_per_channel_the_panel_says_how_to_record_them(
         assert browser.find_elements("css selector", "#channel-map canvas") == []
         assert browser.execute_script("return document.scrollingElement.scrollWidth <= innerWidth")
         assert console_errors(browser) == []
+
+
+def test_full_copies_get_the_panel_too() -> None:
+    model = _model()
+    _plant(model)
+    with tt.track(model) as t:  # full copies: the statistic per channel computed from them
+        model(torch.randn(4, 6, 8)).square().mean().backward()
+        t.step()
+    data = _payload(t)
+    names = [m["name"] for m in data["modules"]]
+    first = min((r for r in data["channels"]["rows"] if r["outliers"]), key=lambda r: r["rank"])
+    assert names[first["module"]] == PLANTED and first["outliers"] == [CHANNEL]
