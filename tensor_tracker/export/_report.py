@@ -236,6 +236,8 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
         payload["compare"] = comparison_payload(compared, payload)
     payload["graph"] = None if graph is None else graph.to_dict()
     payload["view"] = view
+    if view == "graph":  # the graph view has no channel panel: not its weight either
+        payload["channels"] = None
     text = resources.files(__package__).joinpath("report.html").read_text()
     scripts, styles = _vendor()
     values = {"TITLE": html.escape(title), "DATA": script_json(payload)}

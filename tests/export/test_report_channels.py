@@ -33,11 +33,11 @@ def planted() -> tt.Tracker:
     return _record(model)
 
 
-def _payload(recording: Any) -> Any:
+def _payload(recording: Any, view: str = "report") -> Any:
     import json
     import re
 
-    text = page(recording, None, "run")
+    text = page(recording, None, "run", view)
     found = re.search(r'<script id="data" type="application/json">(.*?)</script>', text, re.S)
     assert found is not None
     return json.loads(found.group(1))
@@ -63,6 +63,8 @@ def test_the_payload_holds_every_channel_and_diagnoses_outliers(planted: tt.Trac
     assert rows[PLANTED]["ratio"] > 1000
     # Listed in forward order: first where the channel appears (later modules carry it on).
     assert rows[PLANTED]["rank"] == 0 and rows["3.fc2"]["outliers"] == []
+    # Not in the graph view, which has no channel panel.
+    assert _payload(planted, "graph")["channels"] is None
     # Nothing per channel recorded: no data (the page says how to record it).
     assert _payload(_record(_model(), steps=1, stats=True))["channels"] is None
 
