@@ -70,8 +70,8 @@ def channel_map(
         >>> with tensor_tracker.track(model, stats=spec) as t:
         ...     _ = model(x)
         >>> fig = plot.channel_map(t)
-        >>> fig.axes[0].get_xlabel()
-        'channel'
+        >>> fig.axes[0].get_xlabel()   # modules of fewer channels stretched over the row
+        'channel (of 8; a module of [n] channels stretched over the row)'
     """
     np = require("numpy", "pandas")
     colors = require("matplotlib.colors", "plot")
