@@ -21,6 +21,7 @@ from .._validate import check_path, check_type
 from ..errors import ArgumentTypeError
 from ..stats._builtin import BUILTINS
 from ..stats.formats import BLOCK_FORMATS, FORMATS
+from ._channels import channels_payload
 from ._columns import columns_of
 from ._compare_report import comparison_payload
 from ._html import fill, script_json
@@ -110,6 +111,7 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
         "samples": None,
         "verdict": None,
         "depth": None,
+        "channels": None,
     }
 
 
@@ -288,6 +290,9 @@ def _payload(recording: Any, title: str, view: str, verdict: bool = True) -> dic
         "samples": samples_payload(recording, steps, modules)
         if columns.copies and view != "graph"
         else None,
+        # Statistics per channel (or full copies): the channels x modules panel (not in the
+        # graph view, which has none).
+        "channels": channels_payload(frame, recording, modules) if view != "graph" else None,
     }
 
 
@@ -311,6 +316,8 @@ def page(recording: Any | None, graph: ModuleGraph | None, title: str, view: str
         payload["compare"] = comparison_payload(compared, payload, other)
     payload["graph"] = None if graph is None else graph.to_dict()
     payload["view"] = view
+    if view == "graph":  # the graph view has no channel panel: not its weight either
+        payload["channels"] = None
     text = resources.files(__package__).joinpath("report.html").read_text()
     scripts, styles = _vendor()
     values = {"TITLE": html.escape(title), "DATA": script_json(payload)}
@@ -347,10 +354,14 @@ def report(
     batch with the sample that stands out most in red (see `tensor_tracker.sample_values`;
     the page keeps at most 2**20 numbers for it, about 5.6 MB, the last steps first; over
     that, each channel's largest value over the positions; a sample is marked only when
-    it reaches 4x the batch median somewhere, see `SampleStats.outliers`). Charts zoom by
-    dragging (double-click resets). The numbers are all there (float32). Pinned charts can
-    share one y range; a histogram strip has its colour key and counts the values outside
-    its range.
+    it reaches 4x the batch median somewhere, see `SampleStats.outliers`). With statistics
+    per channel (`stats.per_channel("abs_max")`, or full copies) a channels x modules panel
+    shows each module's channels against its median channel, one row per module as wide as
+    the panel, and names and frames the outlier channels `diagnose` reports (over 10 times
+    their module's median channel); without them it says how to record them. Charts zoom
+    by dragging (double-click resets). The numbers are all there (float32). Pinned charts
+    can share one y range; a histogram strip has its colour key and counts the values
+    outside its range.
 
     Everything works from the keyboard: the module list and the graph are one tab stop
     each (arrow keys move, Enter opens, P pins; in the graph + opens a module, Backspace

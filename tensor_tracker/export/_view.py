@@ -15,6 +15,22 @@ from ._report import page
 
 __all__ = ["GraphView", "graph_view"]
 
+# The fitted frame's height: at most this (a taller graph scrolls inside), and the page
+# around the graph's drawing, added to its layers' height.
+_FIT_MAX = 900
+_CHROME = 170
+# As the page lays a level out (dagre): a node's height, the gap between layers, margins.
+_NODE_H, _RANK_SEP, _MARGIN = 30, 26, 10
+
+
+def fitted_height(graph: ModuleGraph) -> int:
+    """The frame's height for the model's level of `graph` as the page draws it: its layers
+    (longest path, what dagre ranks by), the page around them, within 300 and `_FIT_MAX`."""
+    positions = graph.to_dict()["levels"][graph.root]["positions"]
+    layers = len({y for _, y in positions.values()})
+    drawn = layers * _NODE_H + max(layers - 1, 0) * _RANK_SEP + 2 * _MARGIN
+    return min(max(drawn + _CHROME, 300), _FIT_MAX)
+
 
 class GraphView:
     """The module graph with its interactions, shown in a notebook cell (see `graph_view`).
@@ -23,29 +39,44 @@ class GraphView:
         html: the page itself: one self-contained HTML document (scripts, styles and data
             inside; it loads nothing).
         height: the height of the frame in the notebook, in pixels.
+        fit: whether the frame follows the height of the graph drawn in it (`graph_view`'s
+            default) rather than keeping `height`.
 
     Example:
         >>> view = tensor_tracker.graph_view(tensor_tracker.module_graph(model, x))
-        >>> view.height, view.html.startswith("<!doctype html>")   # a page for a frame
-        (560, True)
+        >>> view.height, view.html.startswith("<!doctype html>")   # fitted: 5 layers and the page
+        (444, True)
         >>> import tempfile
         >>> view.save(Path(tempfile.mkdtemp()) / "graph.html").name   # opens in a browser
         'graph.html'
     """
 
-    def __init__(self, page_html: str, height: int) -> None:
+    def __init__(self, page_html: str, height: int, fit: bool = False) -> None:
         self.html = page_html
         self.height = height
+        self.fit = fit
 
     def _repr_html_(self) -> str:
         # A frame holds the page: its script runs in any front end that shows HTML outputs
         # (JupyterLab, Notebook 7, VS Code, a notebook converted to HTML), with no kernel,
         # no widget extension, and nothing shared with the notebook's own page. Sandboxed:
         # scripts only, no access to the notebook.
-        return (
+        frame = (
             f'<iframe class="tensor-tracker-graph" sandbox="allow-scripts" '
             f'style="width: 100%; height: {self.height}px; border: 1px solid #ddd" '
             f'srcdoc="{html.escape(self.html, quote=True)}"></iframe>'
+        )
+        if not self.fit:
+            return frame
+        # Fitted: the page says how tall its drawing is (it knows once laid out, and again
+        # at each level opened); where the front end runs an output's scripts, the frame
+        # takes that height, up to _FIT_MAX. The page reads nothing from the notebook.
+        return frame + (
+            "<script>(() => { const f = document.currentScript.previousElementSibling;"
+            ' addEventListener("message", (e) => { const h = e.data && e.data.tensorTrackerHeight;'
+            " if (e.source === f.contentWindow && Number.isFinite(h))"
+            f' f.style.height = Math.round(Math.min(Math.max(h, 200), {_FIT_MAX})) + "px"; }});'
+            " })();</script>"
         )
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -60,7 +91,7 @@ def graph_view(
     graph: ModuleGraph,
     recording: Any | None = None,
     *,
-    height: int = 560,
+    height: int | None = None,
     title: str = "module graph",
 ) -> GraphView:
     """The module graph as an interactive view in the notebook: click "+" on a node to open
@@ -84,7 +115,10 @@ def graph_view(
         graph: `tensor_tracker.module_graph(model, inputs)`.
         recording: a `Tracker` (live or `load`ed) whose statistics to show per module; its
             module names must be those of the graph's model. Optional.
-        height: the frame's height in the notebook, in pixels (the graph scrolls inside).
+        height: the frame's height in the notebook, in pixels (the graph scrolls inside);
+            `None` (default): as tall as the graph's drawing, up to 900 (then it scrolls
+            inside), following the level opened where the front end runs the output's
+            scripts (JupyterLab and Notebook 7 do for a notebook they trust).
         title: the page's title (shown at the top and by `save`).
 
     Returns:
@@ -101,11 +135,14 @@ def graph_view(
         ...     for batch in loader:
         ...         model(batch).sum().backward(); t.step()
         >>> view = tensor_tracker.graph_view(graph, t)  # a cell's last expression shows it
-        >>> view.height, "<iframe" in view._repr_html_()
-        (560, True)
+        >>> 300 <= view.height <= 900, "<iframe" in view._repr_html_()   # fitted to the graph
+        (True, True)
     """
     check_type(graph, ModuleGraph, "graph", "a tensor_tracker.module_graph(model, inputs)")
-    if check_int(height, "height=", "an int (pixels)") < 200:
+    if height is not None and check_int(height, "height=", "an int (pixels) or None") < 200:
         raise ArgumentValueError(f"height= must be at least 200 (pixels), got {height}")
     check_type(title, str, "title=", "a str")
-    return GraphView(page(recording, graph, title, view="graph"), height)
+    text = page(recording, graph, title, view="graph")
+    if height is None:
+        return GraphView(text, fitted_height(graph), fit=True)
+    return GraphView(text, height)

@@ -39,7 +39,9 @@ def channel_map(
     features, "massive activations") is a bright column segment in a dark row; in a
     residual network it continues down every later row. With `mark`, the channels that
     stand out as `diagnose` reports them (over `mark` times their module's median channel,
-    in the values shown) are circled.
+    in the values shown) are circled. Every row spans the whole width: a module with fewer
+    channels than the widest has its channels stretched over its row (its channel count in
+    brackets after its name), so that 64 channels beside 512 are as readable.
 
     Args:
         recording: a `Tracker` (or list of `Stash`) recorded with
@@ -69,8 +71,8 @@ def channel_map(
         >>> with tensor_tracker.track(model, stats=spec) as t:
         ...     _ = model(x)
         >>> fig = plot.channel_map(t)
-        >>> fig.axes[0].get_xlabel()
-        'channel'
+        >>> fig.axes[0].get_xlabel()   # modules of fewer channels stretched over the row
+        'channel (of 8; a module of [n] channels stretched over the row)'
     """
     np = require("numpy", "pandas")
     colors = require("matplotlib.colors", "plot")
@@ -117,9 +119,13 @@ def channel_map(
         rows = [table.modules.index(m) for m in modules]
     if not rows:
         raise ArgumentValueError(f"channel_map: no module recorded {column} of 2 channels or more")
-    shown = values[rows]
-    width = max(table.widths[r] for r in rows)
-    shown = shown[:, :width]
+    widths = [table.widths[r] for r in rows]
+    width = max(widths)
+    # Each module's row as wide as the widest: a narrower module's channels stretched over
+    # it (64 channels beside 512 would otherwise fill an eighth of the row).
+    spread = np.arange(width)
+    shown = np.stack([values[r, (spread * w) // width] for r, w in zip(rows, widths, strict=True)])
+    stretched = len(set(widths)) > 1
     positive = shown[np.isfinite(shown) & (shown > 0)]
     # Room for every module's label up to ~60 modules; beyond, `category_ticks` thins them.
     height = min(16.0, 1.4 + 0.23 * len(rows))
@@ -138,8 +144,14 @@ def channel_map(
     stat = column.removesuffix("_per_channel")
     what = "gradient" if grad else "output"
     fig.colorbar(image, ax=ax, label=f"{stat} per channel (log scale)")
-    category_ticks(ax.yaxis, [display_name(table.modules[r]) for r in rows], fontsize="x-small")
-    ax.set_xlabel("channel")
+    names = [display_name(table.modules[r]) for r in rows]
+    if stretched:  # each row's channel count beside its name
+        names = [f"{name} [{w}]" for name, w in zip(names, widths, strict=True)]
+    category_ticks(ax.yaxis, names, fontsize="x-small")
+    ax.set_xlabel(
+        "channel"
+        + (f" (of {width}; a module of [n] channels stretched over the row)" if stretched else "")
+    )
     ax.set_ylabel("module")
     # Two lines: the figure is as narrow as 4.5 inches for a few dozen channels.
     ax.set_title(
@@ -151,14 +163,15 @@ def channel_map(
         xs: list[int] = []
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a row of NaN: no marks
-            median = np.nanmedian(shown, axis=1)
-            hit = (shown / median[:, None] > mark) & (median[:, None] > 0)
-        for i, r in enumerate(rows):
-            if table.widths[r] < 4:
+            own = values[rows]  # each module's own channels (the median is over them)
+            median = np.nanmedian(own, axis=1)
+            hit = (own / median[:, None] > mark) & (median[:, None] > 0)
+        for i, w in enumerate(widths):
+            if w < 4:
                 continue
-            for c in np.flatnonzero(hit[i, : table.widths[r]]):
+            for c in np.flatnonzero(hit[i, :w]):
                 ys.append(i)
-                xs.append(int(c))
+                xs.append((c + 0.5) * width / w - 0.5)  # the middle of its stretched cell
         if ys:
             ax.scatter(
                 xs,

@@ -222,7 +222,10 @@ def test_the_report_of_a_bert_run(
     # Pins come off from the card; the scale chart pins too.
     _click(browser, cards[1].find_element(By.CSS_SELECTOR, "button.pin"))
     assert len(browser.find_elements(By.CSS_SELECTOR, "#pins .card")) == 1
-    # From the graph: a node's details pin its module.
+    # From the graph: a node's details pin its module. (On a phone the module tapped in
+    # the list opened its level in the graph: back to the model's.)
+    if phone:
+        _click(browser, browser.find_element(By.CSS_SELECTOR, "#graph-crumbs a"))
     _click(
         browser, browser.find_element(By.CSS_SELECTOR, '#graph-svg g.node[data-id="embeddings#0"]')
     )

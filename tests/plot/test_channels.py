@@ -32,16 +32,32 @@ def test_the_image_is_the_table_on_a_log_scale(planted: tt.Tracker) -> None:
     table = channel_table(planted)
     rows = [m for m, w in enumerate(table.widths) if w >= 2]
     shown = np.ma.getdata(image.get_array())
-    expected = table.over_steps()[rows]
+    # Each row the module's channels, stretched over the widest module's 128 (32 -> 4 each).
+    over = table.over_steps()
+    expected = np.stack([over[r, np.arange(128) * table.widths[r] // 128] for r in rows])
     finite = np.isfinite(expected) & (expected > 0)
     np.testing.assert_array_equal(shown[finite], expected[finite])
-    assert np.ma.getmaskarray(image.get_array())[~finite].all()  # grey past a module's width
-    assert ax.get_xlabel() == "channel" and ax.get_ylabel() == "module"
+    assert np.ma.getmaskarray(image.get_array())[~finite].all()
+    assert ax.get_xlabel().startswith("channel (of 128") and ax.get_ylabel() == "module"
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert [display for display in labels if not display] == []
     if "" in table.modules:  # the model itself, named as in every other figure
-        assert "<model>" in labels and "<root>" not in labels
+        assert "<model> [32]" in labels and not any("<root>" in label for label in labels)
+    assert "1.fc1 [128]" in labels
     assert "largest over the steps" in ax.get_title()
+
+
+def test_every_module_fills_its_row(planted: tt.Tracker) -> None:
+    # 32-channel modules beside a 128-channel one: as wide, not a quarter of the row.
+    image = plot.channel_map(planted).axes[0].images[0].get_array()
+    table = channel_table(planted)
+    rows = [m for m, w in enumerate(table.widths) if w >= 2]
+    narrow = [i for i, r in enumerate(rows) if table.widths[r] == 32]
+    assert narrow and not np.ma.getmaskarray(image)[narrow].any()
+    # One width: the channels as they are, labelled plainly.
+    fig = plot.channel_map(planted, modules=["3", "2.fc2"])
+    assert fig.axes[0].images[0].get_array().shape == (2, 32)
+    assert fig.axes[0].get_xlabel() == "channel"
 
 
 def test_the_outlier_channel_is_circled_where_it_is(planted: tt.Tracker) -> None:
@@ -50,7 +66,9 @@ def test_the_outlier_channel_is_circled_where_it_is(planted: tt.Tracker) -> None
     marks = ax.collections[0].get_offsets()
     table = channel_table(planted)
     rows = [table.modules[m] for m, w in enumerate(table.widths) if w >= 2]
-    circled = {(rows[int(y)], int(x)) for x, y in marks}
+    widths = {table.modules[m]: w for m, w in enumerate(table.widths)}
+    # At the middle of the channel's cell, stretched over the widest module's 128 channels.
+    circled = {(rows[int(y)], int((x + 0.5) * widths[rows[int(y)]] / 128)) for x, y in marks}
     assert ("2.fc2", CHANNEL) in circled
     assert {x for _, x in circled} == {CHANNEL}
     assert not any(name.startswith("1") for name, _ in circled)
