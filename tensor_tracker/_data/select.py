@@ -15,12 +15,14 @@ from ..errors import ArgumentTypeError
 from ..stats import Stats
 
 __all__ = [
+    "CHILD_KINDS",
     "ROOT_LABEL",
     "as_stashes",
     "display_name",
     "first_leaf",
     "first_stashes",
     "match_names",
+    "member_label",
     "module_order",
     "name_filter",
     "recorded_steps",
@@ -35,6 +37,19 @@ __all__ = [
 
 ROOT_LABEL = "<model>"
 """How the root module (name `""`) is shown in plots and viewers."""
+
+
+CHILD_KINDS = ("op", "tap")
+"""Kinds of records made inside a module's forward (an operation `ops=` names, a value given
+to `tap`): readers show them as children of that module, beside its output."""
+
+
+def member_label(name: str, kind: str, attr: str) -> str:
+    """How answers name a record: an op or tap record as what it is inside its module
+    (`"softmax#0 of encoder.layer.3.attention.self"`), any other by its module's name."""
+    if kind in CHILD_KINDS:
+        return f"{attr} of {display_name(name)}"
+    return name
 
 
 def display_name(name: str) -> str:
