@@ -692,17 +692,13 @@ def _check_logit_growth(rec: _Recording, growth: float, found: list[Finding]) ->
         )
     np = require("numpy", "pandas")
     frame = rec.frame
-    rows = [
-        i
-        for i, (grad, value) in enumerate(zip(frame["grad"], frame[column], strict=True))
-        if not grad and isinstance(value, np.ndarray) and value.size
-    ]
     # Per call site, the largest logit of each head per step (the max over its calls).
     sites: dict[tuple[str, str, str], dict[int, Any]] = {}
-    for i in rows:
-        key = (str(frame["name"].iat[i]), str(frame["kind"].iat[i]), str(frame["attr"].iat[i]))
-        per_step = sites.setdefault(key, {})
-        step, value = int(frame["step"].iat[i]), frame[column].iat[i]
+    columns = (frame[c].tolist() for c in ("name", "kind", "attr", "grad", "step", column))
+    for name, kind, attr, grad, step, value in zip(*columns, strict=True):
+        if grad or not isinstance(value, np.ndarray) or not value.size:
+            continue  # a gradient, another record, or an sdpa call recorded without it
+        per_step = sites.setdefault((str(name), str(kind), str(attr)), {})
         per_step[step] = value if step not in per_step else np.fmax(per_step[step], value)
     compared = 0
     for (name, kind, attr), per_step in sites.items():

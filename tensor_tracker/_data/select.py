@@ -17,6 +17,7 @@ from ..stats import Stats
 __all__ = [
     "CHILD_KINDS",
     "ROOT_LABEL",
+    "Kinds",
     "as_stashes",
     "display_name",
     "first_leaf",
@@ -34,6 +35,9 @@ __all__ = [
     "stash_label",
     "stash_tensor",
 ]
+
+Kinds = str | tuple[str, ...] | None
+"""Which kinds of records a selection keeps: one, several, or any (None)."""
 
 ROOT_LABEL = "<model>"
 """How the root module (name `""`) is shown in plots and viewers."""
@@ -129,7 +133,7 @@ def select_from(
     *,
     names: str | re.Pattern[str] | Sequence[str] | None = None,
     grad: bool | None = None,
-    kind: str | None = "output",
+    kind: Kinds = "output",
     step: int | None = None,
 ) -> list[Stash]:
     """`select(as_stashes(source, argument), ...)`, building from a tracker only the
@@ -142,18 +146,22 @@ def select_from(
     return select(found, names=names, grad=grad, kind=kind, step=step)
 
 
-def recorded_steps(source: Any, argument: str, kind: str | None = None) -> list[int]:
+def recorded_steps(source: Any, argument: str, kind: Kinds = None) -> list[int]:
     """The steps, ascending, at which stashes of `kind` (any kind for None) were recorded."""
     if isinstance(source, Recorder):
         return source._steps_where(_site_filter(None, kind))
-    return sorted({s.step for s in as_stashes(source, argument) if kind in (None, s.kind)})
+    return sorted({s.step for s in as_stashes(source, argument) if _of_kind(s.kind, kind)})
+
+
+def _of_kind(kind: str, wanted: Kinds) -> bool:
+    return wanted is None or kind == wanted or (isinstance(wanted, tuple) and kind in wanted)
 
 
 def _site_filter(
-    names: str | re.Pattern[str] | Sequence[str] | None, kind: str | None
+    names: str | re.Pattern[str] | Sequence[str] | None, kind: Kinds
 ) -> Callable[[Any], bool]:
     keep = name_filter(names, "names")
-    return lambda site: (kind is None or site.kind == kind) and (keep is None or keep(site.name))
+    return lambda site: _of_kind(site.kind, kind) and (keep is None or keep(site.name))
 
 
 def first_stashes(source: Any, argument: str) -> list[Stash]:
@@ -228,13 +236,16 @@ def match_names(names: Iterable[str], pattern: str) -> list[str]:
     return out
 
 
-def module_order(stashes: Iterable[Stash]) -> list[str]:
-    """Module names in the order of their first forward stash (execution order), then
-    modules seen only in gradients, in the order of their first gradient."""
+def module_order(
+    stashes: Iterable[Stash], key: Callable[[Stash], str] = lambda s: s.name
+) -> list[str]:
+    """Module names (or another `key` of each stash) in the order of their first forward
+    stash (execution order), then those seen only in gradients, in the order of their
+    first gradient."""
     forward: dict[str, None] = {}
     backward: dict[str, None] = {}
     for s in stashes:
-        (backward if s.grad else forward).setdefault(s.name, None)
+        (backward if s.grad else forward).setdefault(key(s), None)
     return list(forward) + [n for n in backward if n not in forward]
 
 
@@ -267,7 +278,7 @@ def select(
     *,
     names: str | re.Pattern[str] | Sequence[str] | None = None,
     grad: bool | None = None,
-    kind: str | None = "output",
+    kind: Kinds = "output",
     step: int | None = None,
     call: int | None = None,
     argument: str = "names",
@@ -275,14 +286,16 @@ def select(
     """The stashes that match every given criterion (`None` means any).
 
     `names` is a substring or regular expression searched in module names, a compiled
-    pattern, or a list of exact names (`"<model>"` for the root).
+    pattern, or a list of exact names (`"<model>"` for the root). `kind` is a kind, a tuple
+    of kinds (`("output", *CHILD_KINDS)`: outputs with the ops and taps inside them), or
+    None for any.
     """
     keep = name_filter(names, argument)
     return [
         s
         for s in stashes
         if (grad is None or s.grad == grad)
-        and (kind is None or s.kind == kind)
+        and _of_kind(s.kind, kind)
         and (step is None or s.step == step)
         and (call is None or s.call == call)
         and (keep is None or keep(s.name))
