@@ -202,6 +202,33 @@ def test_history_draws_only_the_selected_modules_rows(hist_steps: Tracker) -> No
     assert heatmap.options == {"name": "blocks.0", "grad": True, "stat": "hist"}
 
 
+def test_history_offers_ops_as_series_inside_their_module() -> None:
+    from tests.core.test_ops import _gpt, _input
+
+    model = _gpt()
+    with track(model, ops=["softmax", "add"], stats=True) as t:
+        for _ in range(2):
+            model(_input()).sum().backward()
+            t.step()
+    source = history_source(t)
+    assert not isinstance(source, Note)
+    assert source.names[:8] == [
+        "0.ln",
+        "0.attn.qkv",
+        "0.attn.softmax#0",
+        "0.attn.proj",
+        "0.attn",
+        "0.add#0",
+        "0.add#1",
+        "0",
+    ]
+    drawing = history_drawing(source, HistoryState("rms", ("1.attn.softmax#0",), False))
+    rows = drawing.source[~drawing.source["grad"]]  # the figure draws one direction
+    softmax = [s for s in t if (s.name, s.attr, s.grad) == ("1.attn", "softmax#0", False)]
+    assert list(rows["name"]) == ["1.attn.softmax#0"] * 2
+    assert list(rows["rms"]) == pytest.approx([s.value["rms"].item() for s in softmax])
+
+
 def test_history_without_histograms_has_no_heatmap(with_stats_steps: Tracker) -> None:
     source = history_source(with_stats_steps)
     assert not isinstance(source, Note)
