@@ -517,12 +517,14 @@ class Comparison:
         for _, r in frame.iterrows():
             if r["status"] == "equal":
                 continue
+            what = "gradient" if r["grad"] else str(r["kind"])
+            # An op's or tap's gradient is told apart from its module's by its attr.
+            if r["attr"] and (not r["grad"] or r["kind"] in CHILD_KINDS):
+                what += f" {r['attr']}"
             rows.append(
                 (
                     r["name"] or "<model>",
-                    "gradient"
-                    if r["grad"]
-                    else str(r["kind"]) + (f" {r['attr']}" if r["attr"] else ""),
+                    what,
                     str(r["step"]),
                     str(r["call"]),
                     f"{r[column]:.3g}",

@@ -80,8 +80,9 @@ class Finding:
             `"update_size"`, `"outlier_channels"`, `"attention_logit_growth"`,
             `"loss_spike"`, `"nonfinite"`).
         modules: what it is about, most affected first: modules (by name, `"0"`: their
-            outputs), parameters (`"0.bias"`) or a module's inputs (`"0 input x"`); the
-            explanation says which.
+            outputs), parameters (`"0.bias"`), a module's inputs (`"0 input x"`) or an
+            operation or tap inside a module (`"softmax#0 of 0.attn"`); the explanation
+            says which.
         steps: the first and last step where it was seen.
         evidence: the numbers behind it.
         explanation: one line saying what is wrong.
@@ -819,7 +820,8 @@ def diagnose(
     each one read, or why it was skipped):
 
     - `nonfinite`: the first NaN/inf and where it appeared (`first_nonfinite`), in any
-      record.
+      record; made by an operation or tap (`ops=`, `tap`), it names that
+      (`"softmax#0 of 0.attn"`) rather than its module.
     - `vanishing_gradients` / `exploding_gradients`: the rms of the gradients of the outputs
       of the leaf modules nearest the input against those nearest the output (a quarter of
       them each, in forward order), per step: a ratio below `vanishing` or above

@@ -111,16 +111,17 @@ def test_compare_names_a_divergence_inside_a_module_by_operation() -> None:
             model(x).sum().backward()
         runs.append(t)
         weights.append(next(s.value for s in t if s.attr == "softmax#0" and not s.grad))
-    d = compare(runs[0], runs[1]).first_divergence()
+    comparison = compare(runs[0], runs[1])
+    d = comparison.first_divergence()
     assert d is not None
     assert (d.name, d.kind, d.attr, d.grad) == ("0", "op", "softmax#0", False)
     assert d.label == "softmax#0 of 0"
     assert str(d).startswith("'softmax#0 of 0' at step 0, call 0: rel_rms_error")
+    worst = [line.split() for line in str(comparison).splitlines()]
+    assert ["0", "gradient", "matmul#0"] in [w[:3] for w in worst]  # not "gradient" alone
     # The same softmax computed by hand at both temperatures.
     model = _model()
-    q, k, _ = (
-        z.view(2, 5, 2, -1).transpose(1, 2) for z in model[0].qkv(x).detach().split(8, 2)
-    )
+    q, k, _ = (z.view(2, 5, 2, -1).transpose(1, 2) for z in model[0].qkv(x).detach().split(8, 2))
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     by_hand = [
         F.softmax((q @ k.transpose(-2, -1) / (2.0 * tau)).masked_fill(~causal, -math.inf), -1)
