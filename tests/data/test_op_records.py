@@ -212,3 +212,21 @@ def test_diagnose_says_why_it_skips_the_logit_check() -> None:
     assert "stats.attention_logits()" in diagnose(t).checked["attention_logit_growth"]
     with pytest.raises(tensor_tracker.errors.ArgumentValueError, match="logit_growth"):
         diagnose(t, logit_growth=1.0)
+
+
+class Gram(nn.Module):
+    """x @ x.T scaled down: the matmul overflows float16, the module's output does not."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.matmul(x, x.transpose(0, 1)) * 1e-3
+
+
+def test_diagnose_names_an_operation_whose_result_overflows_a_format() -> None:
+    model = nn.Sequential(nn.Identity(), Gram())
+    x = torch.full((4, 100), 30.0)
+    assert (x @ x.T).max().item() == 90_000 > torch.finfo(torch.float16).max
+    with track(model, ops="matmul", stats=tensor_tracker.diagnosis_stats) as t:
+        model(x)
+    (finding,) = diagnose(t)
+    assert (finding.check, finding.modules) == ("fp16_overflow", ("matmul#0 of 1",))
+    assert "1 operation result(s) exceed the largest float16" in finding.explanation
