@@ -201,10 +201,12 @@ def stash_tensor(stash: Stash) -> Tensor | None:
 
 
 def stash_label(stash: Stash, *, call: bool = False, step: bool = False) -> str:
-    """A short label such as `"blocks.0 (fwd)"`, `"<model> (grad)"` or
-    `"0.linear input x (fwd, step 3, call 1)"`."""
+    """A short label such as `"blocks.0 (fwd)"`, `"<model> (grad)"`,
+    `"0.linear input x (fwd, step 3, call 1)"` or `"softmax#0 of 0.attn (grad)"`."""
     what = display_name(stash.name)
-    if stash.kind != "output":
+    if stash.kind in CHILD_KINDS:
+        what = member_label(stash.name, stash.kind, stash.attr)
+    elif stash.kind != "output":
         what += f" {stash.kind}" + (f" {stash.attr}" if stash.attr else "")
     details = ["grad" if stash.grad else "fwd"]
     if step:
