@@ -22,6 +22,7 @@ from .select import (
     module_order,
     name_filter,
     select,
+    select_from,
 )
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "Curve",
     "as_children",
     "child_name",
+    "child_records",
     "curves",
     "first_nonfinite_step",
     "history_rows",
@@ -106,6 +108,14 @@ def as_children(frame: pandas.DataFrame) -> pandas.DataFrame:
     frame.loc[inside, "attr"] = ""
     frame.loc[inside, "kind"] = "output"
     return frame
+
+
+def child_records(source: Any, name: str, grad: bool) -> list[Any]:
+    """The op and tap records (`grad` ones or forward ones) whose `child_name` is `name`
+    (`"0.attn.softmax#0"`): what a figure of one module's outputs shows for a child that
+    `as_children` named."""
+    found = select_from(source, "tracker", grad=grad, kind=CHILD_KINDS)
+    return [s for s in found if child_name(s) == name]
 
 
 def statistics_frame(source: Any, stat: str) -> pandas.DataFrame | None:

@@ -69,3 +69,21 @@ def test_history_draws_an_op_as_a_series_of_its_own() -> None:
             [_rms_log2(value)] * 2, abs=1e-5
         )
         assert "1.attn" in lines
+
+
+def test_the_histogram_heatmap_of_an_op_named_as_a_child() -> None:
+    from matplotlib.collections import QuadMesh
+
+    from tensor_tracker import stats
+
+    model = _gpt()
+    with track(model, ops="softmax", stats=["rms", stats.histogram()]) as t:
+        for _ in range(2):
+            model(_input()).sum().backward()
+            t.step()
+    fig = plot.histogram_heatmap(t, "1.attn.softmax#0")
+    (mesh,) = [c for c in fig.axes[0].collections if isinstance(c, QuadMesh)]
+    softmax = [s for s in t if (s.name, s.attr, s.grad) == ("1.attn", "softmax#0", False)]
+    want = [s.value["hist"].tolist() for s in softmax]  # its recorded counts, by step
+    counts = mesh.get_array()
+    assert [list(counts[:, i].filled(0)) for i in range(2)] == want
