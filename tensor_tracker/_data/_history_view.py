@@ -25,8 +25,8 @@ from ._views import (
 )
 from .depth import Depth, depth_layout, informative_role, leaf_names
 from .embedding import NUMBERED
-from .history import statistics_frame
-from .select import first_stashes, match_names, module_order, select, shown_value
+from .history import as_children, child_name, statistics_frame
+from .select import CHILD_KINDS, first_stashes, match_names, module_order, select, shown_value
 
 __all__ = [
     "NO_HISTOGRAMS",
@@ -79,7 +79,9 @@ class HistorySource:
         self.tracker = tracker
         options = stat_options(stashes)
         self.stat = choose(options, None, default_stat(options))
-        self.names = module_order(select(stashes, kind="output") or stashes)
+        # Ops and taps are series of their own, children of their module (`"0.attn.softmax#0"`).
+        outputs = select(stashes, kind=("output", *CHILD_KINDS))
+        self.names = module_order(outputs or stashes, key=child_name)
         self.depth: Depth = depth_layout(leaf_names(self.names))
         types = {s.name: getattr(s.type, "__name__", str(s.type)) for s in stashes}
         self.role = informative_role(self.depth, types)
@@ -113,6 +115,7 @@ class HistorySource:
         frame of statistics)."""
         if stat not in self._frames:
             frame = statistics_frame(self.tracker, stat)
+            frame = None if frame is None else as_children(frame)
             groups = {} if frame is None else frame.groupby("name").indices
             self._frames[stat] = (frame, {str(name): rows for name, rows in groups.items()})
         frame, index = self._frames[stat]

@@ -16,7 +16,8 @@ from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Histogram
 from ._views import Choice, Drawing, choose
 from .depth import depth_layout, informative_role, leaf_names
-from .frame import KEYS
+from .frame import KEYS, to_frame
+from .history import as_children
 from .select import display_name, match_names
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "latest_values",
     "live_choices",
     "live_drawing",
+    "live_frame",
     "live_path",
     "live_statistics",
     "readout_html",
@@ -89,6 +91,13 @@ def live_path(
             "to track(..., stream_to=...), or start=True to wait for a run to create it"
         )
     return path
+
+
+def live_frame(records: Any) -> Any:
+    """The frame the live view reads: `to_frame(records)`, its op and tap records named as
+    children of their module (`"0.attn.softmax#0"`, see `history.as_children`) so that
+    each is a line of its own beside the module outputs."""
+    return as_children(to_frame(records))
 
 
 def live_statistics(frame: Any, spec: Any) -> list[str]:

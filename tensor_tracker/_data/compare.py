@@ -20,6 +20,7 @@ from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import NAMES
 from .differences import Differences, coarser_dtype, differences
 from .frame import holds_copies, recording_frame, to_frame, type_name
+from .select import CHILD_KINDS, member_label
 
 if TYPE_CHECKING:
     import pandas
@@ -93,6 +94,9 @@ class Divergence:
         stats: with statistics, the relative difference of each statistic.
         reason: why it counts as diverged: `"values"`, `"shape"` (shapes differ) or
             `"structure"` (the values hold different numbers of tensors).
+        label: what diverged as a reader names it: the module, or an operation or tap
+            recorded inside it (`track(..., ops=...)`, `tap`), aligned by (module, attr):
+            `"softmax#0 of encoder.layer.3.attention.self"`.
 
     Example:
         >>> import copy
@@ -121,10 +125,19 @@ class Divergence:
     stats: dict[str, float]
     reason: str
 
+    @property
+    def label(self) -> str:
+        """What diverged, named as a reader looks for it: the module (`"0.attn"`), or an
+        operation or tap inside it (`"softmax#0 of encoder.layer.3.attention.self"`)."""
+        return member_label(self.name, self.kind, self.attr)
+
     def __str__(self) -> str:
-        where = f"{self.name or '<model>'!r} {'gradient' if self.grad else self.kind}"
-        if self.attr:
-            where += f" {self.attr!r}"
+        if self.kind in CHILD_KINDS:
+            where = f"{self.label!r}" + (" gradient" if self.grad else "")
+        else:
+            where = f"{self.name or '<model>'!r} {'gradient' if self.grad else self.kind}"
+            if self.attr:
+                where += f" {self.attr!r}"
         numbers = (
             f"rel_rms_error {self.rel_rms_error:.3g}, max_abs_error {self.max_abs_error:.3g}"
             if not self.stats
@@ -504,12 +517,14 @@ class Comparison:
         for _, r in frame.iterrows():
             if r["status"] == "equal":
                 continue
+            what = "gradient" if r["grad"] else str(r["kind"])
+            # An op's or tap's gradient is told apart from its module's by its attr.
+            if r["attr"] and (not r["grad"] or r["kind"] in CHILD_KINDS):
+                what += f" {r['attr']}"
             rows.append(
                 (
                     r["name"] or "<model>",
-                    "gradient"
-                    if r["grad"]
-                    else str(r["kind"]) + (f" {r['attr']}" if r["attr"] else ""),
+                    what,
                     str(r["step"]),
                     str(r["call"]),
                     f"{r[column]:.3g}",

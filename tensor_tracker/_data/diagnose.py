@@ -20,6 +20,7 @@ from ..stats.formats import BLOCK_FORMATS, FORMATS
 from .channels import DEFAULT_OUTLIER_RATIO, outlier_channels, table_of_frame
 from .frame import holds_copies, recording_frame, to_frame
 from .nonfinite import first_nonfinite
+from .select import CHILD_KINDS, member_label
 from .spike import explain_frame, loss_series, loss_spikes, param_updates, worst_spike
 
 if TYPE_CHECKING:
@@ -76,10 +77,12 @@ class Finding:
     Attributes:
         check: which check found it (`"vanishing_gradients"`, `"exploding_gradients"`,
             `"dead_units"`, `"saturation"`, `"fp16_overflow"`, `"fp16_underflow"`, ...,
-            `"update_size"`, `"outlier_channels"`, `"loss_spike"`, `"nonfinite"`).
+            `"update_size"`, `"outlier_channels"`, `"attention_logit_growth"`,
+            `"loss_spike"`, `"nonfinite"`).
         modules: what it is about, most affected first: modules (by name, `"0"`: their
-            outputs), parameters (`"0.bias"`) or a module's inputs (`"0 input x"`); the
-            explanation says which.
+            outputs), parameters (`"0.bias"`), a module's inputs (`"0 input x"`) or an
+            operation or tap inside a module (`"softmax#0 of 0.attn"`); the explanation
+            says which.
         steps: the first and last step where it was seen.
         evidence: the numbers behind it.
         explanation: one line saying what is wrong.
@@ -474,6 +477,8 @@ def _check_dead_units(rec: _Recording, threshold: float, found: list[Finding]) -
 # and the key of its count in the evidence. Outputs keep the module's name (the activations).
 _FORMAT_KINDS = {
     "output": ("module(s)", "modules"),
+    "op": ("operation result(s)", "operations"),
+    "tap": ("tapped value(s)", "taps"),
     "input": ("module input(s)", "inputs"),
     "param": ("parameter(s)", "parameters"),
     "optimizer": ("optimizer state tensor(s)", "tensors"),
@@ -483,12 +488,23 @@ _FORMAT_KINDS = {
 def _subject(name: str, kind: str, attr: str) -> str:
     """What a record is about, as a finding names it: an output by its module (`"0"`), a
     parameter or optimizer state by its path (`"0.bias"`, as in `named_parameters()`),
-    anything else by module, kind and argument (`"0 input x"`, `"<root> named scores"`)."""
+    an operation or tap inside its module (`"softmax#0 of 0.attn"`), anything else by
+    module, kind and argument (`"0 input x"`, `"<root> named scores"`)."""
     if kind == "output":
         return name
+    if kind in CHILD_KINDS:
+        return member_label(name, kind, attr)
     if kind in ("param", "optimizer"):
         return f"{name}.{attr}" if name else attr
     return f"{name or '<root>'} {kind} {attr}".rstrip()
+
+
+def _seen_in(name: str, kind: str, attr: str) -> str:
+    """The record a non-finite value was first seen in: `"output of 0"`, `"softmax#0 of
+    0.attn"`."""
+    if kind in CHILD_KINDS:
+        return member_label(name, kind, attr)
+    return f"{kind} of {name or '<root>'}"
 
 
 def _block_format_text(key: str, what: str, grad: bool, count: str) -> tuple[str, str]:
@@ -750,6 +766,71 @@ def _check_outlier_channels(rec: _Recording, k: float, found: list[Finding]) -> 
     )
 
 
+_LOGIT_FLOOR = 10.0
+"""The largest attention logit below which `attention_logit_growth` reports no head: a key
+scored 10 above another gets e^10 (about 22,000) times its softmax weight, so from there a
+head attends to few keys; growth below it (1 to 3 in the first steps) is ordinary."""
+
+
+def _check_logit_growth(rec: _Recording, growth: float, found: list[Finding]) -> str:
+    column = "max_logit_per_head"
+    if column not in rec.frame.columns:
+        return (
+            "skipped: no max_logit_per_head recorded (track(..., ops="
+            "'scaled_dot_product_attention', stats=[*tensor_tracker.stats.DEFAULT, "
+            "tensor_tracker.stats.attention_logits()]))"
+        )
+    np = require("numpy", "pandas")
+    frame = rec.frame
+    # Per call site, the largest logit of each head per step (the max over its calls).
+    sites: dict[tuple[str, str, str], dict[int, Any]] = {}
+    columns = (frame[c].tolist() for c in ("name", "kind", "attr", "grad", "step", column))
+    for name, kind, attr, grad, step, value in zip(*columns, strict=True):
+        if grad or not isinstance(value, np.ndarray) or not value.size:
+            continue  # a gradient, another record, or an sdpa call recorded without it
+        per_step = sites.setdefault((str(name), str(kind), str(attr)), {})
+        per_step[step] = value if step not in per_step else np.fmax(per_step[step], value)
+    compared = 0
+    for (name, kind, attr), per_step in sites.items():
+        first, last = min(per_step), max(per_step)
+        start, end = per_step[first], per_step[last]
+        if first == last or start.shape != end.shape:
+            continue
+        compared += 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factor = np.where(start > 0, end / start, np.inf)
+        heads = np.flatnonzero((end >= _LOGIT_FLOOR) & (factor >= growth))
+        if not len(heads):
+            continue
+        evidence: dict[str, float | str] = {"heads": ", ".join(map(str, heads.tolist()))}
+        for h in heads.tolist():
+            evidence[f"head {h}"] = (
+                f"max logit {start[h]:.3g} at step {first} -> {end[h]:.3g} at step {last} "
+                f"({factor[h]:.3g}x)"
+            )
+        evidence["growth (largest)"] = float(factor[heads].max())
+        subject = _subject(name, kind, attr)
+        found.append(
+            Finding(
+                "attention_logit_growth",
+                (subject,),
+                (first, last),
+                evidence,
+                f"the largest attention logit of head(s) {evidence['heads']} of {subject} "
+                f"grew {float(factor[heads].max()):.3g}x from step {first} to step {last}, "
+                f"to {float(end[heads].max()):.3g}: the softmax is collapsing onto few keys",
+                "normalise q and k per head (QK layer norm) or clip them (QK-clip), lower "
+                "the learning rate of the q/k projections, or add warm-up",
+            )
+        )
+    if not compared:
+        return "skipped: max_logit_per_head recorded at fewer than two steps"
+    return (
+        f"max_logit_per_head of {compared} attention call site(s), growth above {growth:g}x "
+        f"to at least {_LOGIT_FLOOR:g}"
+    )
+
+
 def _check_loss(
     rec: _Recording, steps: Any, values: Any, spike: float, found: list[Finding]
 ) -> str:
@@ -804,6 +885,7 @@ def diagnose(
     update_size: tuple[float, float] = (1e-5, 1e-1),
     spike: float = 6.0,
     outlier_ratio: float = DEFAULT_OUTLIER_RATIO,
+    logit_growth: float = 2.0,
 ) -> Diagnosis:
     """Look for the usual training pathologies in a recording; return a table of findings.
 
@@ -813,7 +895,8 @@ def diagnose(
     each one read, or why it was skipped):
 
     - `nonfinite`: the first NaN/inf and where it appeared (`first_nonfinite`), in any
-      record.
+      record; made by an operation or tap (`ops=`, `tap`), it names that
+      (`"softmax#0 of 0.attn"`) rather than its module.
     - `vanishing_gradients` / `exploding_gradients`: the rms of the gradients of the outputs
       of the leaf modules nearest the input against those nearest the output (a quarter of
       them each, in forward order), per step: a ratio below `vanishing` or above
@@ -856,6 +939,14 @@ def diagnose(
       `tensor_tracker._data.channels.DEFAULT_OUTLIER_RATIO` for why 10: Gaussian channels
       stay under 7, the outlier features of LLM.int8 and massive activations are 20 to
       10,000 times).
+    - `attention_logit_growth`: per attention head, the largest attention logit at the
+      first and the last recorded step (`max_logit_per_head`: record
+      `ops="scaled_dot_product_attention"` with `stats.attention_logits()`; the max over
+      the step's calls): a head whose logit grew at least `logit_growth` times and reached
+      10 (`_LOGIT_FLOOR`: from there a head attends to few keys) is reported, one finding
+      per attention call site (`"scaled_dot_product_attention#0 of 0.attn"`) naming the
+      heads, both values and the growth factor. Growing logits precede attention entropy
+      collapse and loss divergence (what QK layer norm and QK-clip prevent).
     - `loss_spike`, given `loss=` (a value per step, a list or `{step: value}`): a value
       more than `spike` robust standard deviations above the median of the 20 before it
       (or not finite).
@@ -876,6 +967,8 @@ def diagnose(
         spike: robust standard deviations for a loss spike.
         outlier_ratio: `k` of the outlier channels check: a channel's `abs_max` over its
             module's median channel above which it is reported (above 1).
+        logit_growth: the factor (above 1) by which a head's largest attention logit must
+            grow from the first to the last recorded step to be reported.
 
     Returns:
         A `Diagnosis`: findings (empty when nothing looks wrong) and what was checked.
@@ -929,6 +1022,9 @@ def diagnose(
         low=1,
         open_low=True,
     )
+    check_number(
+        logit_growth, "diagnose(logit_growth=...)", "a growth factor", low=1, open_low=True
+    )
     check_type(update_size, (tuple, list), "diagnose(update_size=...)", "(low, high)")
     if len(update_size) != 2:
         raise ArgumentValueError(
@@ -957,9 +1053,9 @@ def diagnose(
             found.append(
                 Finding(
                     "nonfinite",
-                    (origin.name,),
+                    (member_label(origin.name, "op", origin.op) if origin.op else origin.name,),
                     (origin.step, origin.step),
-                    {"seen in": f"{origin.seen_in[1]} of {origin.seen_in[0] or '<root>'}"},
+                    {"seen in": _seen_in(*origin.seen_in[:3])},
                     origin.explanation,
                     "fix that operation (first_nonfinite(t).evidence has its statistics); "
                     "arm track(..., on_nonfinite='raise') to stop there",
@@ -971,6 +1067,7 @@ def diagnose(
     checked["formats"] = _check_formats(rec, formats, overflow, underflow, block_error, found)
     checked["update_size"] = _check_updates(rec, update_size[0], update_size[1], found)
     checked["outlier_channels"] = _check_outlier_channels(rec, outlier_ratio, found)
+    checked["attention_logit_growth"] = _check_logit_growth(rec, logit_growth, found)
     if loss is not None:
         checked["loss"] = _check_loss(rec, loss_steps, loss_values, spike, found)
     return Diagnosis(tuple(found), checked)

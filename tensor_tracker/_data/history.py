@@ -15,22 +15,27 @@ import torch
 from .._core.tracker import Recorder
 from ..errors import ArgumentValueError, NotRecordedError
 from .select import (
+    CHILD_KINDS,
     ROOT_LABEL,
     as_stashes,
     display_name,
     module_order,
     name_filter,
     select,
+    select_from,
 )
 
 if TYPE_CHECKING:
     import pandas
 from .embedding import Names
 from .frame import holds_copies
-from .series import empty_error, stat_values
+from .series import empty_error, stat_values, tensor_label
 
 __all__ = [
     "Curve",
+    "as_children",
+    "child_name",
+    "child_records",
     "curves",
     "first_nonfinite_step",
     "history_rows",
@@ -59,23 +64,58 @@ def history_rows(source: Any, stat: str, names: Names, grad: bool, kind: str) ->
     `Stash` built per row) when pandas is installed; full-tensor stashes compute `stat`."""
     frame = source if is_frame(source) else statistics_frame(source, stat)
     if frame is not None:
-        return _frame_rows(frame, stat, names, grad, kind)
+        return _frame_rows(
+            as_children(frame) if kind == "output" else frame, stat, names, grad, kind
+        )
     stashes = as_stashes(source, "tracker_or_frame")
     if not stashes:
         raise empty_error("history", "tracker_or_frame")
-    chosen = select(stashes, grad=grad, kind=kind)
+    kinds = (kind, *CHILD_KINDS) if kind == "output" else kind
+    chosen = select(stashes, grad=grad, kind=kinds)
     values = stat_values(chosen, stat)
-    order = module_order(stashes)
-    modules = _chosen_modules(order, {s.name for s in chosen}, names, grad, kind)
+    order = module_order(stashes, key=child_name)
+    modules = _chosen_modules(order, {child_name(s) for s in chosen}, names, grad, kind)
     keep = set(modules)
-    rows = [(s, v) for s, v in zip(chosen, values, strict=True) if s.name in keep]
+    rows = [(s, v) for s, v in zip(chosen, values, strict=True) if child_name(s) in keep]
     return (
-        [s.name for s, _ in rows],
-        [s.attr for s, _ in rows],
+        [child_name(s) for s, _ in rows],
+        ["" if s.kind in CHILD_KINDS and kind == "output" else s.attr for s, _ in rows],
         [s.step for s, _ in rows],
         [v for _, v in rows],
         modules,
     )
+
+
+def child_name(stash: Any) -> str:
+    """A record's name as a series of module outputs: an op or tap as a child of its
+    module (`"0.attn.softmax#0"`), anything else by its module's name."""
+    return tensor_label(stash.name, stash.attr) if stash.kind in CHILD_KINDS else stash.name
+
+
+def as_children(frame: pandas.DataFrame) -> pandas.DataFrame:
+    """`frame` with its op and tap rows (`track(..., ops=...)`, `tap`) named as children of
+    their module (`name` `"0.attn.softmax#0"`, `attr` `""`, `kind` `"output"`), so that
+    figures of module outputs show each as a series of its own, selected by that name;
+    `frame` itself when it has none."""
+    if "kind" not in frame.columns or "attr" not in frame.columns:
+        return frame
+    inside = frame["kind"].isin(CHILD_KINDS).to_numpy()
+    if not inside.any():
+        return frame
+    frame = frame.copy()
+    pairs = zip(frame["name"].to_numpy()[inside], frame["attr"].to_numpy()[inside], strict=True)
+    frame.loc[inside, "name"] = [tensor_label(str(n), str(a)) for n, a in pairs]
+    frame.loc[inside, "attr"] = ""
+    frame.loc[inside, "kind"] = "output"
+    return frame
+
+
+def child_records(source: Any, name: str, grad: bool) -> list[Any]:
+    """The op and tap records (`grad` ones or forward ones) whose `child_name` is `name`
+    (`"0.attn.softmax#0"`): what a figure of one module's outputs shows for a child that
+    `as_children` named."""
+    found = select_from(source, "tracker", grad=grad, kind=CHILD_KINDS)
+    return [s for s in found if child_name(s) == name]
 
 
 def statistics_frame(source: Any, stat: str) -> pandas.DataFrame | None:

@@ -13,6 +13,7 @@ from .._core.structure import iter_tensors
 from .._optional import require
 from ..errors import NotRecordedError
 from .frame import first_stats, holds_copies, later_tensor_stats, recording_frame, to_frame
+from .select import CHILD_KINDS, member_label
 
 if TYPE_CHECKING:
     import pandas
@@ -44,6 +45,8 @@ class NonFinite:
             output).
         row: the index of that record in the recording (`tracker[row]`, `to_frame().iloc`).
         evidence: the frame rows of `name` and of `seen_in` in that step (their statistics).
+        op: when an operation (`track(..., ops=...)`) or a `tap` inside `name`'s forward
+            made it, that record's attr (`"softmax#0"`), else `""`.
 
     Example:
         >>> found = first_nonfinite(tracker)   # None when every value was finite
@@ -56,6 +59,7 @@ class NonFinite:
     seen_in: tuple[str, str, str, bool]
     row: int
     evidence: pandas.DataFrame = dataclasses.field(repr=False, compare=False)
+    op: str = ""
 
 
 def _flags_from_values(stashes: Sequence[Stash]) -> list[bool]:
@@ -142,6 +146,10 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
 
     - a module's **output** is the first non-finite value: that module's forward made it
       (with `capture=("inputs", "outputs")` its inputs are checked to have been finite);
+    - an **operation**'s result (`track(..., ops=...)`) or a **tapped** value is: that
+      operation (or the code before the `tap`) in its module's forward made it, and
+      `NonFinite.op` names it (a softmax over an all-masked row names `"softmax#0"`, not
+      the attention module);
     - a module's **input** is: it arrived from outside every module recorded so far, so
       from the batch when nothing was computed yet in that step, otherwise from the code of
       the enclosing module that runs between its children;
@@ -192,9 +200,20 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
     step = int(first["step"])
     same_step = frame.index[frame["step"] == step]
     earlier = frame.loc[same_step[same_step < row]]
-    origin = name
+    origin, op = name, ""
     where = f"the {kind} {attr + ' ' if attr else ''}of {name or '<root>'!r}"
-    if not grad and kind == "output":
+    # Values computed in the forward, whose gradients the backward passes on.
+    computed_kinds = ("output", *CHILD_KINDS)
+    if not grad and kind in CHILD_KINDS:
+        # Recorded inside the module's forward, before its output: the operation (or the
+        # code before the tap) made it, not the module as a whole.
+        op = attr
+        made = "returned" if kind == "op" else "was given"
+        explanation = (
+            f"{member_label(name, kind, attr)!r} {made} a non-finite value, every value "
+            "recorded before it being finite"
+        )
+    elif not grad and kind == "output":
         explanation = f"the forward of {name or '<root>'!r} returned a non-finite output"
         inputs = earlier[(earlier["name"] == name) & (earlier["kind"] == "input")]
         if not len(inputs):
@@ -204,7 +223,7 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
         else:
             explanation += " from finite inputs"
     elif not grad and kind == "input":
-        computed = earlier[(~earlier["grad"]) & (earlier["kind"] == "output")]
+        computed = earlier[(~earlier["grad"]) & (earlier["kind"].isin(computed_kinds))]
         if not len(computed):
             explanation = f"{where} was non-finite on arrival: it came in with the batch"
         else:
@@ -222,18 +241,26 @@ def first_nonfinite(recording: Any) -> NonFinite | None:
             f"{kind} {attr}".rstrip()
         )
     else:  # the gradient of an output: made by the backward of whoever used the output
-        grads_before = earlier[earlier["grad"] & (earlier["kind"] == "output")]
+        grads_before = earlier[earlier["grad"] & (earlier["kind"].isin(computed_kinds))]
+        of = (
+            f"the {attr} of {name or '<root>'!r}"
+            if kind in CHILD_KINDS
+            else (f"the output of {name or '<root>'!r}")
+        )
         if len(grads_before):
-            origin = str(grads_before.iloc[-1]["name"])
+            last = grads_before.iloc[-1]
+            origin = str(last["name"])
+            op = str(last["attr"]) if last["kind"] in CHILD_KINDS else ""
+            by = member_label(origin, str(last["kind"]), op)
             explanation = (
-                f"the backward of {origin or '<root>'!r} turned a finite gradient into a "
-                f"non-finite gradient of the output of {name or '<root>'!r}"
+                f"the backward of {by or '<root>'!r} turned a finite gradient into a "
+                f"non-finite gradient of {of}"
             )
         else:
             explanation = (
-                f"the gradient of the output of {name or '<root>'!r} was non-finite as it "
+                f"the gradient of {of} was non-finite as it "
                 "came back from the loss (computed outside the tracked modules)"
             )
     rows = frame.loc[same_step]
     evidence = rows[rows["name"].isin({origin, name})]
-    return NonFinite(origin, grad, step, explanation, (name, kind, attr, grad), row, evidence)
+    return NonFinite(origin, grad, step, explanation, (name, kind, attr, grad), row, evidence, op)

@@ -15,12 +15,15 @@ from ..errors import ArgumentTypeError
 from ..stats import Stats
 
 __all__ = [
+    "CHILD_KINDS",
     "ROOT_LABEL",
+    "Kinds",
     "as_stashes",
     "display_name",
     "first_leaf",
     "first_stashes",
     "match_names",
+    "member_label",
     "module_order",
     "name_filter",
     "recorded_steps",
@@ -33,8 +36,24 @@ __all__ = [
     "stash_tensor",
 ]
 
+Kinds = str | tuple[str, ...] | None
+"""Which kinds of records a selection keeps: one, several, or any (None)."""
+
 ROOT_LABEL = "<model>"
 """How the root module (name `""`) is shown in plots and viewers."""
+
+
+CHILD_KINDS = ("op", "tap")
+"""Kinds of records made inside a module's forward (an operation `ops=` names, a value given
+to `tap`): readers show them as children of that module, beside its output."""
+
+
+def member_label(name: str, kind: str, attr: str) -> str:
+    """How answers name a record: an op or tap record as what it is inside its module
+    (`"softmax#0 of encoder.layer.3.attention.self"`), any other by its module's name."""
+    if kind in CHILD_KINDS:
+        return f"{attr} of {display_name(name)}"
+    return name
 
 
 def display_name(name: str) -> str:
@@ -114,7 +133,7 @@ def select_from(
     *,
     names: str | re.Pattern[str] | Sequence[str] | None = None,
     grad: bool | None = None,
-    kind: str | None = "output",
+    kind: Kinds = "output",
     step: int | None = None,
 ) -> list[Stash]:
     """`select(as_stashes(source, argument), ...)`, building from a tracker only the
@@ -127,18 +146,22 @@ def select_from(
     return select(found, names=names, grad=grad, kind=kind, step=step)
 
 
-def recorded_steps(source: Any, argument: str, kind: str | None = None) -> list[int]:
+def recorded_steps(source: Any, argument: str, kind: Kinds = None) -> list[int]:
     """The steps, ascending, at which stashes of `kind` (any kind for None) were recorded."""
     if isinstance(source, Recorder):
         return source._steps_where(_site_filter(None, kind))
-    return sorted({s.step for s in as_stashes(source, argument) if kind in (None, s.kind)})
+    return sorted({s.step for s in as_stashes(source, argument) if _of_kind(s.kind, kind)})
+
+
+def _of_kind(kind: str, wanted: Kinds) -> bool:
+    return wanted is None or kind == wanted or (isinstance(wanted, tuple) and kind in wanted)
 
 
 def _site_filter(
-    names: str | re.Pattern[str] | Sequence[str] | None, kind: str | None
+    names: str | re.Pattern[str] | Sequence[str] | None, kind: Kinds
 ) -> Callable[[Any], bool]:
     keep = name_filter(names, "names")
-    return lambda site: (kind is None or site.kind == kind) and (keep is None or keep(site.name))
+    return lambda site: _of_kind(site.kind, kind) and (keep is None or keep(site.name))
 
 
 def first_stashes(source: Any, argument: str) -> list[Stash]:
@@ -178,10 +201,12 @@ def stash_tensor(stash: Stash) -> Tensor | None:
 
 
 def stash_label(stash: Stash, *, call: bool = False, step: bool = False) -> str:
-    """A short label such as `"blocks.0 (fwd)"`, `"<model> (grad)"` or
-    `"0.linear input x (fwd, step 3, call 1)"`."""
+    """A short label such as `"blocks.0 (fwd)"`, `"<model> (grad)"`,
+    `"0.linear input x (fwd, step 3, call 1)"` or `"softmax#0 of 0.attn (grad)"`."""
     what = display_name(stash.name)
-    if stash.kind != "output":
+    if stash.kind in CHILD_KINDS:
+        what = member_label(stash.name, stash.kind, stash.attr)
+    elif stash.kind != "output":
         what += f" {stash.kind}" + (f" {stash.attr}" if stash.attr else "")
     details = ["grad" if stash.grad else "fwd"]
     if step:
@@ -213,13 +238,16 @@ def match_names(names: Iterable[str], pattern: str) -> list[str]:
     return out
 
 
-def module_order(stashes: Iterable[Stash]) -> list[str]:
-    """Module names in the order of their first forward stash (execution order), then
-    modules seen only in gradients, in the order of their first gradient."""
+def module_order(
+    stashes: Iterable[Stash], key: Callable[[Stash], str] = lambda s: s.name
+) -> list[str]:
+    """Module names (or another `key` of each stash) in the order of their first forward
+    stash (execution order), then those seen only in gradients, in the order of their
+    first gradient."""
     forward: dict[str, None] = {}
     backward: dict[str, None] = {}
     for s in stashes:
-        (backward if s.grad else forward).setdefault(s.name, None)
+        (backward if s.grad else forward).setdefault(key(s), None)
     return list(forward) + [n for n in backward if n not in forward]
 
 
@@ -252,7 +280,7 @@ def select(
     *,
     names: str | re.Pattern[str] | Sequence[str] | None = None,
     grad: bool | None = None,
-    kind: str | None = "output",
+    kind: Kinds = "output",
     step: int | None = None,
     call: int | None = None,
     argument: str = "names",
@@ -260,14 +288,16 @@ def select(
     """The stashes that match every given criterion (`None` means any).
 
     `names` is a substring or regular expression searched in module names, a compiled
-    pattern, or a list of exact names (`"<model>"` for the root).
+    pattern, or a list of exact names (`"<model>"` for the root). `kind` is a kind, a tuple
+    of kinds (`("output", *CHILD_KINDS)`: outputs with the ops and taps inside them), or
+    None for any.
     """
     keep = name_filter(names, argument)
     return [
         s
         for s in stashes
         if (grad is None or s.grad == grad)
-        and (kind is None or s.kind == kind)
+        and _of_kind(s.kind, kind)
         and (step is None or s.step == step)
         and (call is None or s.call == call)
         and (keep is None or keep(s.name))

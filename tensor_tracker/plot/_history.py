@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 from .._data.depth import leaf_names
 from .._data.embedding import Names
-from .._data.history import curves, first_nonfinite_step, history_rows, step_edges
+from .._data.history import (
+    child_records,
+    curves,
+    first_nonfinite_step,
+    history_rows,
+    step_edges,
+)
 from .._data.series import (
     Series,
     auto_range,
@@ -228,7 +234,9 @@ def histogram_heatmap(
 
     Args:
         tracker: a `Tracker` or a list of `Stash`.
-        name: the module's name (`"<model>"` or `""` for the root).
+        name: the module's name (`"<model>"` or `""` for the root); with `kind="output"`
+            also an operation or tap recorded inside a module, named as its child
+            (`"0.attn.softmax#0"`, as `history` and the viewers name it).
         grad: `True` for the gradients, `False` for the forward values.
         kind: `"output"` (the default), `"input"`, `"param"` or `"optimizer"`.
         stat: the name of the recorded histogram statistic (default `"hist"`).
@@ -259,6 +267,8 @@ def histogram_heatmap(
     if log2 is not None:
         check_bool(log2, "histogram_heatmap(log2=...)")
     chosen = select_from(tracker, "tracker", names=[name], grad=grad, kind=kind)
+    if not chosen and kind == "output":  # an op or tap, named as a child of its module
+        chosen = child_records(tracker, name, grad)
     chosen = [s for s in chosen if shown_value(s) is not None]
     if not chosen:
         stashes = as_stashes(tracker, "tracker")

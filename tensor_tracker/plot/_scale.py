@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._data.select import (
+    CHILD_KINDS,
     as_stashes,
     display_name,
     module_order,
@@ -160,23 +161,28 @@ def scale_plot(
         step = steps[-1]
     if step not in steps:
         raise ArgumentValueError(f"scale_plot: no stash at step={step}; recorded steps: {steps}")
-    chosen = select_from(source, argument, kind=kind, step=step)
+    # Outputs come with the ops and taps recorded inside their modules, as children.
+    wanted = (kind, *CHILD_KINDS) if kind == "output" else kind
+    chosen = select_from(source, argument, kind=wanted, step=step)
     if names is not None:
         chosen = select(chosen, kind=None, names=names)
         if not chosen:
             raise nothing_selected("scale_plot", f"names={names!r}", as_stashes(source, argument))
     fmts = reference_formats(formats, stat)
-    order = module_order(chosen)
+    # An op or tap is a child of its module (`"0.attn.softmax#0"`), placed where it ran:
+    # after the children that ran before it, before its module's output.
+    children = kind == "output" and any(s.kind in CHILD_KINDS for s in chosen)
+    order = _run_order(chosen) if children else module_order(chosen)
     # Leaves and grouping are decided on one count, the modules chosen: leaves alone are
     # fewer, and counting them would leave a large model of blocks ungrouped.
     many = len(order) > MANY_MODULES
     if leaves if leaves is not None else many:
         order = leaf_names(order)
         kept = set(order)
-        chosen = [s for s in chosen if s.name in kept]
+        chosen = [s for s in chosen if tensor_label(s.name, s.attr) in kept]
     # One position per tensor: a module's tensors of this kind (weight and bias, ...) are
     # different numbers, never averaged; outputs have no attr, so one per module.
-    positions = tensor_labels(((s.name, s.attr) for s in chosen), order)
+    positions = order if children else tensor_labels(((s.name, s.attr) for s in chosen), order)
     values = stat_values(chosen, stat)
     means = mean_by([(tensor_label(s.name, s.attr), s.grad) for s in chosen], values)
     if all(math.isnan(v) for v in log2_abs(list(means.values()))):
@@ -189,7 +195,8 @@ def scale_plot(
     grouped = depth.grouped and (group if group is not None else many)
     calls = "mean over calls, " if any(s.call for s in chosen) else ""
     per = "tensor" if any(s.attr for s in chosen) else "module"
-    title = f"{stat} per {per} ({kind}, {calls}step {step})"
+    shown = ", ".join(dict.fromkeys(s.kind for s in chosen)) if children else kind
+    title = f"{stat} per {per} ({shown}, {calls}step {step})"
     ylabel = f"log2({stat})" if stat not in ("mean", "min", "max") else f"log2|{stat}|"
     if grouped:
         return _by_depth(depth, means, has_grad, fmts, title, ylabel, ax)
@@ -217,6 +224,13 @@ def scale_plot(
     if owned:
         limits_legend(fig, limits)
     return fig
+
+
+def _run_order(stashes: Sequence[Any]) -> list[str]:
+    """The `tensor_label` of each record (a module's output by its name, an op or tap as
+    its child) in the order of its first forward record, then those seen only in
+    gradients."""
+    return module_order(stashes, key=lambda s: tensor_label(s.name, s.attr))
 
 
 def _label_room(labels: list[str]) -> float:

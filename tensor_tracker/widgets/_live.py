@@ -12,11 +12,11 @@ from .._data._live_view import (
     latest_values,
     live_choices,
     live_drawing,
+    live_frame,
     live_path,
     readout_html,
     shown_modules,
 )
-from .._data.frame import to_frame
 from .._persist.recording import read_recording, spec_of
 from .._persist.recording_codec import JOURNAL
 from ._base import Panel, ipywidgets_module, make_viewer, observe, render, set_options
@@ -166,7 +166,7 @@ def live_view(
             status.value = f"{path}: no step recorded yet"
             return False
         with lock:
-            frame = to_frame(records)
+            frame = live_frame(records)
             state["frame"], state["records"] = frame, records
             offer(frame, spec_of(records))
             redraw()

@@ -384,4 +384,4 @@ def test_frames_selections_and_comparisons_read_op_records() -> None:
     ]  # fmt: skip
     assert len(select(runs[0].stashes, kind="op")) == 12
     # LayerNorm undoes the scale: the first record that differs is the residual add.
-    assert "First forward divergence: '0' op 'add#0'" in str(tensor_tracker.compare(*runs))
+    assert "First forward divergence: 'add#0 of 0' at" in str(tensor_tracker.compare(*runs))

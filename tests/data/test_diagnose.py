@@ -75,7 +75,8 @@ def test_a_healthy_model_has_no_finding() -> None:
     assert "No findings." in str(diagnosis)
     assert set(diagnosis.checked) >= {"nonfinite", "gradients", "dead_units", "formats", "loss"}
     skipped = [k for k, v in diagnosis.checked.items() if v.startswith("skipped")]
-    assert skipped == ["update_size"]  # no parameters recorded
+    # No parameters recorded; no attention logits (no attention).
+    assert skipped == ["update_size", "attention_logit_growth"]
     updates = diagnose(_train(_healthy(), steps=4, stats=None, capture=("outputs", "params")))
     assert len(updates) == 0, str(updates)
     assert updates.checked["update_size"].startswith("18 update(s) of 6 parameter(s)")

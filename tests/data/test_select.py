@@ -13,6 +13,7 @@ from tensor_tracker._data.select import (
     select,
     select_from,
     short_labels,
+    stash_label,
 )
 from tests.helpers import mlp
 
@@ -36,6 +37,7 @@ def tracker() -> tensor_tracker.Tracker:
         {"grad": False, "kind": None},
         {"kind": "param", "grad": True},
         {"names": r"^\d$", "kind": "output", "grad": False},
+        {"kind": ("output", "param"), "step": 1},  # several kinds: outputs with their ops
     ],
 )
 def test_select_from_a_tracker_finds_what_select_finds(
@@ -80,4 +82,19 @@ def test_short_labels_keep_whole_names_that_would_read_the_same() -> None:
         names[1],
         "\u2026layer.11.attention.output.LayerNorm",
         "head",
+    ]
+
+
+def test_an_op_record_is_labelled_as_what_it_is_inside_its_module() -> None:
+    from tests.core.test_ops import _gpt, _input
+
+    model = _gpt()
+    with tensor_tracker.track(model, ops="softmax", stats=True) as t:
+        model(_input()).sum().backward()
+    ops = select(t, kind="op")
+    assert [stash_label(s) for s in ops] == [
+        "softmax#0 of 0.attn (fwd)",
+        "softmax#0 of 1.attn (fwd)",
+        "softmax#0 of 1.attn (grad)",
+        "softmax#0 of 0.attn (grad)",
     ]

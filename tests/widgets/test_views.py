@@ -26,11 +26,14 @@ from tensor_tracker._data._history_view import (
     search_modules,
 )
 from tensor_tracker._data._live_view import (
+    ALL,
     NAMES,
     LiveState,
     extremes,
+    latest_values,
     live_choices,
     live_drawing,
+    live_frame,
     shown_modules,
 )
 from tensor_tracker._data._scale_view import ScaleState, scale_choices, scale_drawing, scale_steps
@@ -202,6 +205,33 @@ def test_history_draws_only_the_selected_modules_rows(hist_steps: Tracker) -> No
     assert heatmap.options == {"name": "blocks.0", "grad": True, "stat": "hist"}
 
 
+def test_history_offers_ops_as_series_inside_their_module() -> None:
+    from tests.core.test_ops import _gpt, _input
+
+    model = _gpt()
+    with track(model, ops=["softmax", "add"], stats=True) as t:
+        for _ in range(2):
+            model(_input()).sum().backward()
+            t.step()
+    source = history_source(t)
+    assert not isinstance(source, Note)
+    assert source.names[:8] == [
+        "0.ln",
+        "0.attn.qkv",
+        "0.attn.softmax#0",
+        "0.attn.proj",
+        "0.attn",
+        "0.add#0",
+        "0.add#1",
+        "0",
+    ]
+    drawing = history_drawing(source, HistoryState("rms", ("1.attn.softmax#0",), False))
+    rows = drawing.source[~drawing.source["grad"]]  # the figure draws one direction
+    softmax = [s for s in t if (s.name, s.attr, s.grad) == ("1.attn", "softmax#0", False)]
+    assert list(rows["name"]) == ["1.attn.softmax#0"] * 2
+    assert list(rows["rms"]) == pytest.approx([s.value["rms"].item() for s in softmax])
+
+
 def test_history_without_histograms_has_no_heatmap(with_stats_steps: Tracker) -> None:
     source = history_source(with_stats_steps)
     assert not isinstance(source, Note)
@@ -247,6 +277,20 @@ def test_umap_needs_full_tensors(with_stats_steps: Tracker) -> None:
 def test_live_extremes_are_the_largest_and_smallest_magnitudes() -> None:
     values = {f"m{i}": float(v) for i, v in enumerate([5, -9, 0, 1, 2, 3, -4, 0.5])}
     assert extremes(values, log=True) == ["m1", "m0", "m6", "m4", "m3", "m7"]  # 0 left out
+
+
+def test_live_shows_ops_as_lines_inside_their_module() -> None:
+    from tests.core.test_ops import _gpt, _input
+
+    model = _gpt()
+    with track(model, ops="softmax", stats=True) as t:
+        model(_input()).sum().backward()
+    frame = live_frame(t.stashes)
+    order = shown_modules(frame, LiveState(show=ALL), None)
+    assert order[:5] == ["0.ln", "0.attn.qkv", "0.attn.softmax#0", "0.attn.proj", "0.attn"]
+    softmax = next(s for s in t if (s.name, s.attr, s.grad) == ("1.attn", "softmax#0", False))
+    latest = latest_values(frame, "rms", False, ["1.attn.softmax#0"])
+    assert latest == {"1.attn.softmax#0": pytest.approx(softmax.value["rms"].item())}
 
 
 def test_live_offers_what_the_recording_holds(with_stats_steps: Tracker) -> None:
