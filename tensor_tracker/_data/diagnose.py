@@ -602,7 +602,10 @@ def _check_formats(
                 if not rows.any():
                     continue
                 sub = frame[rows].assign(v=values[rows], subject=subjects[rows])
-                worst = sub.groupby("subject", sort=False)["v"].max().sort_values(ascending=False)
+                # In the order they ran (the frame's): the first is where the problem began;
+                # the modules after it often only pass the values on (a LayerNorm, a
+                # Dropout), some of them with a larger fraction.
+                worst = sub.groupby("subject", sort=False)["v"].max()
                 noun, count_key = _FORMAT_KINDS.get(kind, (f"{kind} tensor(s)", "tensors"))
                 explanation, suggestion = _format_text(
                     key, what, grad, kind, f"{len(worst)} {noun}"
@@ -611,13 +614,13 @@ def _check_formats(
                 if source == "abs_max":
                     evidence["largest abs_max"] = float(np.nanmax(rec.column("abs_max")[rows]))
                 elif what == "error":
-                    evidence["error (worst)"] = float(worst.iloc[0])
+                    evidence["error (worst)"] = float(worst.max())
                     evidence["threshold"] = limit
                 else:
-                    evidence[f"{what} fraction (worst)"] = float(worst.iloc[0])
+                    evidence[f"{what} fraction (worst)"] = float(worst.max())
                 if key in BLOCK_FORMATS:
                     # Where to look: the worst module's worst steps.
-                    top = sub[sub["subject"] == worst.index[0]].sort_values("v", ascending=False)
+                    top = sub[sub["subject"] == worst.idxmax()].sort_values("v", ascending=False)
                     evidence["worst steps"] = ", ".join(
                         str(s) for s in dict.fromkeys(int(s) for s in top["step"][:8])
                     )

@@ -219,6 +219,22 @@ def test_fp16_overflow_of_activations_by_fraction_and_by_abs_max() -> None:
     )
 
 
+def test_an_overflow_passed_on_unchanged_names_where_it_began_first() -> None:
+    """Scale(1e6)'s output goes on through a Dropout, which overflows by a larger fraction
+    (it scales what it keeps by 1/(1-p)), and a LayerNorm: the finding names them in the
+    order they ran, the Scale first, where the problem began; the worst fraction stays in
+    the evidence."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32), Scale(1e5), nn.Dropout(0.5), nn.Linear(32, 32))
+    t = _train(model, steps=1, lr=0.0)
+    (found,) = [f for f in diagnose(t) if f.check == "fp16_overflow" and "values" in f.explanation]
+    assert found.modules[:2] == ("1", "2")
+    frame = t.to_frame()
+    fractions = frame[~frame["grad"]].set_index("name")["fp16_overflow"]
+    assert fractions["2"] > fractions["1"] > 0  # the Dropout's is larger
+    assert found.evidence["overflow fraction (worst)"] == pytest.approx(fractions.max())
+
+
 def test_fp16_underflow_of_gradients() -> None:
     diagnosis = diagnose(_train(_healthy(), steps=1, lr=0.0, loss_scale=1e-9))
     found = [f for f in diagnosis if f.check == "fp16_underflow"]
