@@ -18,6 +18,7 @@ NOTEBOOKS = [
     DOC / "BlockFormats.ipynb",
     DOC / "OutlierChannels.ipynb",
     DOC / "Samples.ipynb",
+    DOC / "Attention.ipynb",
 ]
 
 # What executing them needs, beyond the package itself.
