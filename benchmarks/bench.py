@@ -265,6 +265,8 @@ def blocked_ratios(
 def overhead_table(
     d_model: int, layers: int, batch: int, seq: int, pairs: int, only: str = ""
 ) -> None:
+    if not any(only in name for name in configurations()):
+        return  # `--only` names rows of another table (`ops_table`)
     untracked = make_model(d_model, layers)
     tracked = copy.deepcopy(untracked)
     x = torch.randn(batch, seq, d_model)
