@@ -21,12 +21,14 @@ __all__ = ["NanoGPT"]
 
 def _tap(module: nn.Module, name: str, value: Tensor) -> Tensor:
     """`tensor_tracker.tap(name, value)` where `module` was built with `taps=True`."""
-    return tensor_tracker.tap(name, value) if module.taps else value  # type: ignore[no-any-return]
+    return tensor_tracker.tap(name, value) if module.taps else value
 
 
 class CausalSelfAttention(nn.Module):
     """Causal multi-head self-attention; `qk_norm` puts a LayerNorm on each head's query and
     key (QK-norm), which keeps the attention logits bounded."""
+
+    causal: Tensor
 
     def __init__(
         self, d_model: int, n_heads: int, max_len: int, sdpa: bool, qk_norm: bool, taps: bool
