@@ -265,6 +265,8 @@ def blocked_ratios(
 def overhead_table(
     d_model: int, layers: int, batch: int, seq: int, pairs: int, only: str = ""
 ) -> None:
+    if not any(only in name for name in configurations()):
+        return  # `--only` names rows of another table (`ops_table`)
     untracked = make_model(d_model, layers)
     tracked = copy.deepcopy(untracked)
     x = torch.randn(batch, seq, d_model)
@@ -705,6 +707,72 @@ def floor_row(
         count,
         statistics.median(times),
     )
+
+
+_OPS = ["softmax", "matmul", "add"]
+
+
+def _with_taps(model: nn.Module) -> nn.Module:
+    """`model` (a `NanoGPT`) with its `tap` calls on: the values `ops=_OPS` records."""
+    for module in model.modules():
+        if hasattr(module, "taps"):
+            module.taps = True
+    return model
+
+
+def ops_table(rounds: int, only: str = "") -> None:
+    """Issue 37: `track(model, ops=...)` on a nanoGPT-style model written in code (d_model
+    256, 4 layers, 4 heads, batch 8 x seq 128), each row beside its floor measured in the
+    same rounds (`floor_row`): for `ops=`, the same statistics at the same points from
+    `tap` calls written in the model's code; for an `ops=` the model never calls, plain
+    `stats=True` (what the interception itself costs)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
+    from examples.nanogpt import NanoGPT
+
+    rows: list[tuple[str, Make, Make | None, float | None]] = [
+        ("nanoGPT, stats=True", lambda m, o: tensor_tracker.track(m, stats=True), None, None),
+        (
+            f"nanoGPT, ops={_OPS}, stats=True (floor: tap() at the same points)",
+            lambda m, o: tensor_tracker.track(m, ops=_OPS, stats=True),
+            lambda m, o: tensor_tracker.track(_with_taps(m), stats=True),
+            0.05,
+        ),
+        (
+            "nanoGPT, ops='scaled_dot_product_attention' (never called), stats=True "
+            "(floor: stats=True)",
+            lambda m, o: tensor_tracker.track(m, ops="scaled_dot_product_attention", stats=True),
+            lambda m, o: tensor_tracker.track(m, stats=True),
+            0.02,
+        ),
+    ]
+    rows = [row for row in rows if only in row[0]]
+    if not rows:
+        return
+    print(
+        "\n## Operations between modules (issue 37): nanoGPT-style model written in code, "
+        f"d_model 256, 4 layers, 4 heads, batch 8 x seq 128; medians over {rounds} rounds of "
+        "(untracked, floor, tracked) steps in rotating order, 1 thread, CPU time of the "
+        "thread\n"
+    )
+    print(
+        "| configuration | tracked / untracked | its floor | above the floor | target "
+        "| stashes/step | untracked step |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    torch.manual_seed(0)
+    model = NanoGPT(vocab=64, d_model=256, n_heads=4, n_layers=4, max_len=128)
+    x = torch.randint(0, 64, (8, 128), generator=torch.Generator().manual_seed(0))
+    for label, factory, floor_factory, target in rows:
+        row = floor_row(model, x, False, factory, floor_factory, rounds)
+        floor_cell = difference = verdict = "-"
+        if row.floor is not None and row.above is not None:
+            floor_cell, difference = f"{row.floor:.3f}x", f"{row.above:+.3f}"
+            if target is not None:
+                verdict = f"<= {target:+.2f} ({'met' if row.above <= target else 'MISSED'})"
+        print(
+            f"| {label} | {row.ratio:.3f}x | {floor_cell} | {difference} | {verdict} | "
+            f"{row.stashes} | {1e3 * row.untracked_s:.1f} ms |"
+        )
 
 
 def _rss() -> int:
@@ -1412,6 +1480,7 @@ def main() -> None:
             "figures",
             "compile",
             "compare",
+            "ops",
         ],
         default="all",
         help="run one part of the benchmark",
@@ -1426,6 +1495,8 @@ def main() -> None:
         if not args.quick and not args.only:
             overhead_table(128, 4, 8, 64, pairs)
             overhead_table(512, 4, 2, 64, pairs)
+    if part in ("all", "ops") or args.only:
+        ops_table(pairs, args.only)
     if part in ("all", "small"):
         small_models(3 if args.quick else 5 * args.pairs, torch.device(args.device))
     if part == "memory":

@@ -46,3 +46,39 @@ def test_distributed_example_reports_a_gathered_run(capsys: pytest.CaptureFixtur
     assert "records per rank: {0: 220, 1: 220}" in out
     assert "head output over the global batch (2 ranks, 512 values)" in out
     assert "(rank 1)" in out and "(2 shards)" in out
+
+
+def test_nanogpt_taps_record_what_ops_records() -> None:
+    # The bench's floor of `ops=["softmax", "matmul", "add"]` (benchmarks/bench.py,
+    # `ops_table`) is the model's own `tap` calls: the same values at the same points.
+    import torch
+
+    import tensor_tracker
+    from examples.nanogpt import NanoGPT
+
+    def records(taps: bool, **options: object) -> object:
+        torch.manual_seed(0)
+        model = NanoGPT(vocab=16, d_model=16, n_heads=2, n_layers=2, max_len=8, taps=taps)
+        with tensor_tracker.track(model, stats=True, **options) as t:  # type: ignore[arg-type]
+            model(torch.arange(8).view(1, 8) % 16).pow(2).mean().backward()
+        frame = t.to_frame()
+        return frame[frame["kind"].isin(["op", "tap"])][["name", "grad", "std", "max"]]
+
+    ops = records(False, ops=["softmax", "matmul", "add"])
+    taps = records(True)
+    assert len(ops) == 2 * (1 + 2 * 5)  # embedding add; per block 3 attention ops, 2 adds
+    assert ops.reset_index(drop=True).equals(taps.reset_index(drop=True))
+
+
+def test_nanogpt_sdpa_computes_the_explicit_attention() -> None:
+    import torch
+
+    from examples.nanogpt import NanoGPT
+
+    tokens = torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(0))
+    outputs = []
+    for sdpa in (False, True):
+        torch.manual_seed(0)
+        model = NanoGPT(vocab=16, d_model=16, n_heads=2, n_layers=2, max_len=8, sdpa=sdpa)
+        outputs.append(model(tokens))
+    torch.testing.assert_close(outputs[0], outputs[1])

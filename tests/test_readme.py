@@ -185,6 +185,15 @@ def check_recording(ns: dict[str, Any]) -> None:
     assert len(run.log_frame()) == STEPS
 
 
+def check_ops(ns: dict[str, Any]) -> None:
+    # "each call is a record of that module ... `attr="<op>#<k>"`"; one logit per head
+    ops = ns["ops"]
+    attention = ops[ops["attr"] == "scaled_dot_product_attention#0"]
+    assert list(attention["name"]) == ["blocks.0.attn", "blocks.1.attn"]
+    assert all(len(v) == 4 for v in attention["max_logit_per_head"])  # 4 heads
+    assert {"add#0", "add#1"} <= set(ops[ops["name"] == "blocks.0"]["attr"])
+
+
 FACTS: dict[str, Callable[[dict[str, Any]], None]] = {
     "import tensor_tracker\n\nwith tensor_tracker.track(model) as t:": check_first_records,
     "s = tensor_tracker.summary(model, batch)": check_same_table,
@@ -194,6 +203,7 @@ FACTS: dict[str, Callable[[dict[str, Any]], None]] = {
     "losses = []": check_diagnose,
     'with (\n    tensor_tracker.track(model, stats=["sum"], on_nonfinite': check_flight_recorder,
     "with tensor_tracker.track(model, stats=True, stream_to=": check_recording,
+    "from tensor_tracker import stats\n\nwith tensor_tracker.track(\n    model,\n    ops=": check_ops,
 }
 
 

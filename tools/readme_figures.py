@@ -7,7 +7,9 @@ scale plot (stats of every layer against the number formats), a histogram of a l
 activations and gradients, and token trajectories through the layers (UMAP). Then the same
 figures on real-size models built from code (`examples/zoo.py`): a 12-layer BERT's scale plot
 grouped by block and role, a ResNet-18-like CNN's, and the gradient history of a 3-layer
-`nn.TransformerEncoder` over 200 training steps.
+`nn.TransformerEncoder` over 200 training steps. Last, the per-head max attention logit of a
+GPT written in code (`examples/nanogpt.py`) over training steps, without and with QK-norm
+(as in doc/Attention.ipynb).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 import tensor_tracker
 from examples import zoo
+from examples.nanogpt import NanoGPT
 from examples.tiny_transformer import TinyTransformer, copy_task_batch
-from tensor_tracker import plot
+from tensor_tracker import plot, stats
 
 OUT = Path(__file__).resolve().parent.parent / "doc" / "images"
 DPI = 80
@@ -121,6 +125,7 @@ def draw(out: Path) -> list[str]:
         "umap.png": plot.umap_plot(full, layers=r"^blocks\.\d+$", tokens=range(24)),
     }
     figures.update(at_scale())
+    figures["attention_logits.png"] = attention_logits()
     for name, figure in figures.items():
         figure.savefig(out / name, dpi=DPI)
         print(f"{out / name}: {(out / name).stat().st_size / 1024:.0f} KiB")
@@ -152,6 +157,45 @@ def at_scale() -> dict[str, Any]:
         "resnet_scale_plot.png": plot.scale_plot(resnet_stats),
         "encoder_history.png": plot.history(history, grad=True, leaves=True),
     }
+
+
+def attention_logits(steps: int = 40) -> Any:
+    """The largest attention logit of each head over `steps` Adam steps (lr 0.02) of a
+    2-layer GPT on the copy task, recorded by `ops=` and `stats.attention_logits()`:
+    without QK-norm and with it, from the same weights and batches."""
+    from matplotlib import pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
+    for ax, qk_norm in zip(axes, (False, True), strict=True):
+        torch.manual_seed(0)
+        model = NanoGPT(
+            vocab=32, d_model=64, n_heads=4, n_layers=2, max_len=32, sdpa=True, qk_norm=qk_norm
+        )
+        opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+        gen = torch.Generator().manual_seed(0)
+        spec = [stats.attention_logits()]
+        with tensor_tracker.track(
+            model, ops="scaled_dot_product_attention", stats=spec, include=r"attn$", grad=False
+        ) as t:
+            for _ in range(steps):
+                tokens, targets = copy_task_batch(batch=16, seq=32, vocab=32, generator=gen)
+                loss = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+                torch.autograd.backward(loss)
+                opt.step()
+                opt.zero_grad()
+                t.step()
+        frame = t.to_frame()
+        ops = frame[frame["kind"] == "op"].groupby("name")
+        for (name, rows), style in zip(ops, ("-", "--"), strict=True):
+            logits = np.stack(rows["max_logit_per_head"].to_numpy())  # [steps, heads]
+            for head in range(logits.shape[1]):
+                ax.plot(logits[:, head], style, color=f"C{head}", label=f"{name} head {head}")
+        ax.set_title("QK-norm" if qk_norm else "no QK-norm", fontsize=10)
+        ax.set_xlabel("step")
+    axes[0].set_ylabel("max attention logit")
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ NOTEBOOKS = [
     DOC / "OutlierChannels.ipynb",
     DOC / "Samples.ipynb",
     DOC / "Spikes.ipynb",
+    DOC / "Attention.ipynb",
 ]
 
 # What executing them needs, beyond the package itself.
