@@ -27,14 +27,14 @@ SPEC = [
 ]
 
 
-def bert_model() -> tuple[torch.nn.Module, Any]:
-    """A `BertModel` of 12 layers (hidden size 32), and a batch of token ids."""
+def bert_model(layers: int = 12) -> tuple[torch.nn.Module, Any]:
+    """A `BertModel` of `layers` layers (hidden size 32), and a batch of token ids."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.BertConfig(
         vocab_size=512,
         hidden_size=32,
-        num_hidden_layers=12,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=64,
@@ -44,10 +44,12 @@ def bert_model() -> tuple[torch.nn.Module, Any]:
     return model, torch.randint(0, 512, (4, 16))
 
 
-def bert_run(spec: Any = SPEC) -> tuple[tensor_tracker.Tracker, tensor_tracker.ModuleGraph]:
+def bert_run(
+    spec: Any = SPEC, layers: int = 12
+) -> tuple[tensor_tracker.Tracker, tensor_tracker.ModuleGraph]:
     """30 Adam steps of the BERT with `spec` recorded (outputs and parameters), its loss
     logged every step and a note at step 12; and its module graph."""
-    model, ids = bert_model()
+    model, ids = bert_model(layers)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     with track(model, stats=spec, capture=("outputs", "params")) as t:
         for step in range(STEPS):
