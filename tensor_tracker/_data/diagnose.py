@@ -190,7 +190,7 @@ class Diagnosis:
 
         Example:
             >>> tensor_tracker.diagnose(t).verdict()   # doctest: +ELLIPSIS
-            ['No problems found by 5 checks (2 skipped: see checked).']
+            ['No problems found by 5 checks (3 skipped: see checked).']
         """
         if not self.findings:
             skipped = len(self.checked) - self.checks_run
@@ -990,7 +990,7 @@ def diagnose(
         >>> diagnosis = tensor_tracker.diagnose(t)  # a table in a notebook
         >>> print(diagnosis)  # doctest: +ELLIPSIS
         No findings.
-        No problems found by 5 checks (2 skipped: see checked).
+        No problems found by 5 checks (3 skipped: see checked).
         Checked: nonfinite: the min/max (or nonfinite, sum) of every recorded tensor; ...
     """
     if isinstance(formats, str) or not isinstance(formats, Sequence):

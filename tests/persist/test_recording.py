@@ -361,6 +361,7 @@ def test_os_path_types(tmp_path: Path) -> None:
     assert len(load(os.fspath(tmp_path / "as-str"))) == len(t)
 
 
+@pytest.mark.slow  # builds and runs a GPT-2: 5 s quiet, 13 s in a loaded CI run
 def test_a_hugging_face_model_with_its_cache_round_trips(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
