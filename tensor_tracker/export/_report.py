@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._data.compare import Comparison
+from .._data.copy_histograms import copies_histogram
 from .._data.depth import depth_layout
 from .._data.diagnose import diagnose
 from .._files import write_file
@@ -173,6 +174,12 @@ def _payload(recording: Any, title: str, view: str, verdict: bool = True) -> dic
         recorded_stats = ["rms", "abs_max", "mean", "min", "max"]
         for stat in recorded_stats:
             frame[stat] = recording.to_frame(stat=stat, stat_name=stat)[stat]
+        fitted = None if histograms else copies_histogram(recording)
+        if fitted is not None:  # histogram strips from the tensors themselves
+            spec, counts = fitted
+            for name in spec.names:
+                frame[name] = [None if c is None else c[name] for c in counts]
+            histograms = {spec.name: spec}
     # Every statistic recorded, in the order of the spec (the first shown first).
     stats = [s for s in _FIRST if s in recorded_stats]
     stats += [s for s in recorded_stats if s not in stats]
@@ -340,7 +347,8 @@ def report(
     (filterable; a menu on a phone), the picked module's values
     at the chosen step (one number format per table) and its statistics over the steps
     (outputs, gradients, parameters and their gradients, whatever was recorded) with their
-    histograms over the steps when histograms were recorded (a line says how to record them
+    histograms over the steps when histograms were recorded, or counted from the tensors of a
+    run that kept full copies, over the powers of 2 they span (a line says how to record them
     otherwise). "pin" keeps a module on the page, so that several sit side by side. The scale
     chart shows every module's output (circles) and gradient (squares) at the chosen step
     against the fp16/bf16/fp8 limits, along x grouped by repeated block as `scale_plot`

@@ -83,3 +83,31 @@ def test_the_histogram_hint_shows_once_per_page(
     assert len(browser.find_elements(By.CSS_SELECTOR, "#pins .card")) == 3
     hints = browser.find_elements(By.CSS_SELECTOR, ".howto")
     assert len(hints) == 1 and hints[0].text.startswith("Histograms were not recorded")
+
+
+@pytest.mark.parametrize("size", list(SIZES), ids=list(SIZES))
+def test_full_copies_get_histogram_strips_over_their_own_range(
+    tmp_path: Path,
+    browser: Any,  # noqa: F811
+    size: str,
+) -> None:
+    """A run that kept the tensors (no `stats=`) has no histogram statistics: the page
+    counts the copies' values itself, over the powers of 2 they span."""
+    from selenium.webdriver.common.by import By
+
+    page = _page(tmp_path, None)
+    _open(browser, page, SIZES[size])
+    hist = browser.execute_script("return DATA.hist")
+    # The inputs' gradients are x100 the loss's: the range reaches well above 2^4.
+    assert hist["log2"] and hist["edges"][-1] >= 4 and hist["bins"] == 48
+    _pin(browser, "3")
+    card = browser.find_element(By.CSS_SELECTOR, '#pins .card[data-module="3"]')
+    strips = card.find_elements(By.CSS_SELECTOR, ".strip")
+    assert len(strips) == 2  # the output and its gradient
+    assert not browser.find_elements(By.CSS_SELECTOR, ".howto")  # nothing to ask for
+    totals = browser.execute_script(
+        "return seriesOf[DATA.modules.findIndex((m) => m.name === '3')].map((s) => s.hist.totals)"
+    )
+    assert totals == [[32] * 4, [32] * 4]  # every value of the 32 x 1 output, every step
+    assert console_errors(browser) == []
+    _no_sideways_scroll(browser)
