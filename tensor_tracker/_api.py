@@ -21,6 +21,7 @@ from ._core.stash_fns import CopyValue, get_stash_fn
 from ._core.tracker import Pattern, Recorder, check_module
 from ._data.compare import Comparison, Names, check_options, compare
 from ._data.frame import to_frame
+from ._data.histogram_range import out_of_range
 from ._data.nonfinite import NonFinite, first_nonfinite
 from ._files import utf8_safe
 from ._optional import require
@@ -115,6 +116,14 @@ class Tracker(Recorder):
             _arm_tripwire(self, options.on_nonfinite)
         if options.stream_to is not None:
             _stream(self, options.stream_to, options.on_disk_full)
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        # Leaving the outermost block: say once if a histogram's fixed range left many
+        # values out (before a stream's last flush takes the records from memory).
+        if exc_type is None and self._depth == 1:
+            for sentence in out_of_range(self.stashes):
+                warnings.warn(f"tensor_tracker: {sentence}", RuntimeWarning, 2)
+        super().__exit__(exc_type, *exc)
 
     def to_frame(
         self,

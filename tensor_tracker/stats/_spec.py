@@ -197,7 +197,10 @@ def histogram(
     (`<name>_zero` stays 0). Every value counted lands in exactly one of: a bin,
     `<name>_below` / `<name>_above` (finite but outside `range`), `<name>_zero`,
     `<name>_nonfinite` (NaN, ±inf) or `<name>_rejected`, so these add up to the number of
-    values counted. Bins are half-open, `[edge[i], edge[i+1])`.
+    values counted. Bins are half-open, `[edge[i], edge[i+1])`. The range stays fixed (a
+    range fitted to the values would need them read back first); when more than 1% of the
+    values a tracker counted fell outside it, the tracker warns at the end of its `with`
+    block with the counts and a wider `range=` to pass.
 
     The counting stays on the tensor's device (no host sync). One bin per binade (`log2`,
     integer `range` ends, `bins == hi - lo`, no `reject_sigma`) is the fast case: the bin of
