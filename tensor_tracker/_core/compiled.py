@@ -43,6 +43,8 @@ _BASE_GRAD = 4
 _INNER = 8
 """Or'ed into `what`: an op's or a tap's record (`inner`), made inside its module's call,
 which it does not count (the module's output, delivered after it, does)."""
+_NEW = 16
+"""Or'ed into `what` with `_INNER`: an op's result, a new tensor (not a view)."""
 _HOOKS_WORK = -1
 """On the owner stack (`owner_hooks`): the tracker's own hooks run (their ops are no
 module's)."""
@@ -177,8 +179,9 @@ class CompiledHooks:
     def _put(self) -> Callable[[Tensor, int, int, int, int, int, int], None]:
         """What a traced hook calls to record `tensor` at `site` in the graph:
         `put(tensor, site, call_id, flags, what, index, length)` emits its statistics and,
-        for a `HOOKED_OUTPUT` (`what`, possibly with `_INNER`), hooks its gradient (and its
-        base's, for a view: `grad_hooks.stand_in`), delivered with `call_id`."""
+        for a `HOOKED_OUTPUT` (`what`, possibly with `_INNER`), hooks its gradient (and, for
+        a module's output that is a view, its base's: `grad_hooks.stand_in`), delivered
+        with `call_id`."""
         fn = self._sink.graph_stats
         emit = emit_op()
         sink = self._open_sink()
@@ -186,7 +189,7 @@ class CompiledHooks:
         def put(
             tensor: Tensor, site: int, call_id: int, flags: int, what: int, index: int, length: int
         ) -> None:
-            if what & ~_INNER == HOOKED_OUTPUT:
+            if what & ~(_INNER | _NEW) == HOOKED_OUTPUT:
                 # Both return the gradient unchanged: under compiled autograd a hook that
                 # returns None replaces it with None.
                 def grad_hook(grad: Tensor) -> Tensor:
@@ -194,7 +197,10 @@ class CompiledHooks:
                     return grad
 
                 tensor.register_hook(grad_hook)  # type: ignore[no-untyped-call]
-                base = stand_in(tensor)
+                # An op's result is a new tensor, not a view. (Dynamo's traced result of a
+                # matmul of 4-D tensors is a view where the eager one is not: the graph
+                # then reads a base that is None when it runs.)
+                base = None if what & _NEW else stand_in(tensor)
                 if base is not None:
                     cut = view_replay(tensor, base)
 
@@ -272,6 +278,7 @@ class CompiledHooks:
         site_regs = self._site_regs
         train_only = self._train_only
         put = self._put()
+        inner_what = _INNER | _NEW if kind == "op" else _INNER
 
         def resolve(token: int, name: str) -> tuple[int, int, bool, int]:
             """(site, flags or -1 to skip, grad, number) of a value named `name`."""
@@ -316,7 +323,7 @@ class CompiledHooks:
                 return
             tensor, index, length = graph_part(value)
             assert tensor is not None  # graph_route said so
-            put(tensor, site, inner_call(), flags, what | _INNER, index, length)
+            put(tensor, site, inner_call(), flags, what | inner_what, index, length)
 
         return record
 
@@ -396,7 +403,7 @@ class CompiledHooks:
                 self._sink.put_raw(site, 0, clock.step, flags, raw, numel)
             return
         inner = what & _INNER
-        what &= ~_INNER
+        what &= ~(_INNER | _NEW)
         if what in (OUTPUT, HOOKED_OUTPUT):
             reg = self._site_regs[site]
             call = reg.calls
