@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from .._torch_compat import forget_compiled_code, graph_task_id, untraced
+from .._torch_compat import compile_attempt, forget_compiled_code, graph_task_id, untraced
 from .clock import Clock
 from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
@@ -120,7 +120,7 @@ class CompiledHooks:
         self._owners: list[int] = []
         # Per token: its registration and how many of each op and tap it made so far (at
         # trace time).
-        self._tokens: dict[int, tuple[Registration, dict[str, int]]] = {}
+        self._tokens: dict[int, tuple[Registration, dict[tuple[str, str], int]]] = {}
         self._inner_calls = 0
 
     def forward_hook(self, reg: Registration) -> Callable[..., None]:
@@ -247,6 +247,11 @@ class CompiledHooks:
             return number
 
         token = mark_trace_constant(token)
+        # Hooks that run outside a trace (those of the module a compiled frame is called
+        # from: Dynamo starts tracing at its `forward`) push the same token at every call,
+        # or the frame's guard on the stack would fail at each; `inner` numbers its ops
+        # again in each trace.
+        outside = token()
 
         def pre_first(module: nn.Module, args: tuple[Any, ...]) -> None:
             owners.append(_HOOKS_WORK)
@@ -254,7 +259,7 @@ class CompiledHooks:
                 mode.__enter__()  # type: ignore[no-untyped-call]
 
         def pre_last(module: nn.Module, args: tuple[Any, ...]) -> None:
-            owners[-1] = token()
+            owners[-1] = token() if torch.compiler.is_compiling() else outside
 
         def post_first(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             owners[-1] = _HOOKS_WORK
@@ -283,8 +288,9 @@ class CompiledHooks:
         def resolve(token: int, name: str) -> tuple[int, int, bool, int]:
             """(site, flags or -1 to skip, grad, number) of a value named `name`."""
             reg, counts = tokens[token]
-            k = counts.get(name, 0)
-            counts[name] = k + 1
+            key = (name, compile_attempt())
+            k = counts.get(key, 0)
+            counts[key] = k + 1
             attr = f"{name}#{k}" if k or kind == "op" else name
             site = reg.site(kind, attr)
             site_regs[site] = reg
