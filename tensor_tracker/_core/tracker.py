@@ -625,6 +625,8 @@ class Recorder:
         kwargs: dict[str, Any],
     ) -> None:
         """Record a call of op `name` in `reg`'s `forward` (see `ops`)."""
+        if not self.recording:  # a compiled model's step that `every=` skips
+            return
         self._eager.stash_named(reg, name, value, "op", not self._outputs, args, kwargs)
 
     # -- reading ---------------------------------------------------------------------

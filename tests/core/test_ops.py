@@ -380,6 +380,20 @@ def test_compiled_taps_match_eager_with_no_graph_break() -> None:
     torch._dynamo.reset()
 
 
+@pytest.mark.slow  # compiles
+def test_compiled_ops_recorded_eagerly_keep_to_the_steps_every_records() -> None:
+    # Full copies are not computed in the graph: the ops mode runs eagerly, behind graph
+    # breaks, and its hooks stay attached through the steps `every=` skips.
+    torch._dynamo.reset()
+    compiled = torch.compile(_gpt(), backend="aot_eager")
+    with track(compiled, ops="softmax", every=2) as t:
+        for _ in range(3):
+            compiled(_input()).sum().backward()
+            t.step()
+    assert sorted({s.step for s in t if s.kind == "op"}) == [0, 2]
+    torch._dynamo.reset()
+
+
 def test_frames_selections_and_comparisons_read_op_records() -> None:
     from tensor_tracker._data.select import select
 
