@@ -98,7 +98,7 @@ class CompiledHooks:
         sink: RecordSink,
         train_only: bool,
         eager_hook: Callable[[Registration], Callable[..., None]],
-        eager_inner: Callable[[Registration, Kind, str, int, Any], None] | None = None,
+        eager_inner: Callable[[Registration, Kind, str, int, Any], None],
     ) -> None:
         self._clock = clock
         self._eager_inner = eager_inner
@@ -305,7 +305,6 @@ class CompiledHooks:
         resolve = mark_trace_constant(resolve)
         inner_call = mark_trace_constant(inner_call)
         eager_inner = self._eager_inner
-        assert eager_inner is not None
 
         def eager(token: int, name: str, k: int, value: Any) -> None:
             if self._clock.recording:
@@ -363,12 +362,17 @@ class CompiledHooks:
         return self._key
 
     def close(self) -> None:
-        """The hooks were removed: the graphs deliver nowhere; no gradient is awaited."""
+        """The hooks were removed: the graphs deliver nowhere; no gradient is awaited; the
+        owner tokens and op numbers start again with the hooks attached next (so that the
+        graphs traced again are the same: Inductor's cache)."""
         if self._open:
             assert self._key is not None
             close_sink(self._key)
             self._open = False
         self._awaiting.clear()
+        self._owners.clear()
+        self._tokens.clear()
+        self._inner_calls = 0
 
     def await_only(self, step: int) -> None:
         """Await only the gradients of the calls of `step`, the step `step()` ends (a
