@@ -381,6 +381,20 @@ def test_compiled_taps_match_eager_with_no_graph_break() -> None:
 
 
 @pytest.mark.slow  # compiles
+def test_compiled_ops_stopped_inside_forward_leave_no_mode_and_no_hook() -> None:
+    # max_bytes= stops the tracker at a record the graph hands out in the middle of the
+    # forward pass (6 records in): the ops' mode and the owner stack are gone with it.
+    torch._dynamo.reset()
+    compiled = torch.compile(_gpt(), backend="aot_eager")
+    t = track(compiled, stats=True, ops="softmax", max_bytes=200)
+    with pytest.raises(tensor_tracker.MemoryBudgetError), t:
+        compiled(_input()).sum().backward()
+    assert len(t) > 0 and torch._C._len_torch_function_stack() == 0
+    assert hook_count(compiled) == 0
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow  # compiles
 def test_compiled_ops_recorded_eagerly_keep_to_the_steps_every_records() -> None:
     # Full copies are not computed in the graph: the ops mode runs eagerly, behind graph
     # breaks, and its hooks stay attached through the steps `every=` skips.
