@@ -14,6 +14,10 @@ registered, so an untracked child's ops and those the hooks run (statistics comp
 after a child returns, or by `tap`) are not. The record goes through the same path as
 `tensor_tracker.stash` (`EagerHooks.stash_named`), with the op's arguments as the
 record's `args`/`kwargs`.
+
+On a compiled model whose outputs are recorded in its graphs (`plan.inner_in_graph`),
+`GraphOpsMode` takes its place: pushed and popped by hooks Dynamo traces, it is traced too,
+and its records are made in the graph (`CompiledHooks.inner`), with no graph break.
 """
 
 from __future__ import annotations
