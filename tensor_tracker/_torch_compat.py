@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 __all__ = [
+    "compile_attempt",
     "compiled_callable",
     "dynamo_has_compiled_code",
     "eager_calls",
@@ -80,6 +81,21 @@ def queue_at_end_of_backward(callback: Callable[[], None]) -> None:
 
 
 # -- torch.compile -----------------------------------------------------------------------
+
+
+def compile_attempt() -> str:
+    """Which trace Dynamo is running (frame, compile of the frame, attempt: a restart after
+    a graph break is another), while it traces; "" outside one. What numbers an op or a
+    tap within a module call whose hooks ran outside the trace (`CompiledHooks.inner`):
+    numbering starts again in each trace. (`torch._guards` is private; without it, one
+    numbering for all traces.)"""
+    try:
+        from torch._guards import CompileContext
+    except ImportError:
+        return ""
+    return str(CompileContext.current_compile_id() or "")
+
+
 #
 # Making `torch.compile` see the tracker's hooks.
 #

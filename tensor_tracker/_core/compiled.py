@@ -18,14 +18,16 @@ from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
-from .._torch_compat import forget_compiled_code, graph_task_id
+from .._torch_compat import compile_attempt, forget_compiled_code, graph_task_id, untraced
 from .clock import Clock
 from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
 from .grad_hooks import stand_in, view_replay
 from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
 from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, graph_part, graph_route
+from .records import Kind
 from .registrations import Registration
 from .sink import RecordSink
 
@@ -38,6 +40,16 @@ __all__ = ["CompiledHooks", "recompile", "traceable_params"]
 _PARAM = 2
 _OUTPUT_GRAD = 3
 _BASE_GRAD = 4
+_INNER = 8
+"""Or'ed into `what`: an op's or a tap's record (`inner`), made inside its module's call,
+which it does not count (the module's output, delivered after it, does)."""
+_NEW = 16
+"""Or'ed into `what` with `_INNER`: an op's result, a new tensor (not a view)."""
+_HOOKS_WORK = -1
+"""On the owner stack (`owner_hooks`): the tracker's own hooks run (their ops are no
+module's)."""
+_NO_MODULE = -2
+"""The owner when no registered module's call is being traced."""
 
 
 _AWAITED_CALLS = 64
@@ -76,6 +88,8 @@ class CompiledHooks:
         train_only: record only while a module is in training mode.
         eager_hook: the eager forward hook of a registration (`EagerHooks.forward_hook`),
             for the outputs a graph cannot record.
+        eager_inner: records an op or a tap eagerly (registration, kind, name, its
+            number in the call, value), for the values a graph cannot record.
     """
 
     def __init__(
@@ -84,8 +98,10 @@ class CompiledHooks:
         sink: RecordSink,
         train_only: bool,
         eager_hook: Callable[[Registration], Callable[..., None]],
+        eager_inner: Callable[[Registration, Kind, str, int, Any], None],
     ) -> None:
         self._clock = clock
+        self._eager_inner = eager_inner
         self._sink = sink
         self._train_only = train_only
         self._eager_hook = eager_hook
@@ -98,6 +114,14 @@ class CompiledHooks:
         self._site_regs: dict[int, Registration] = {}
         self._awaiting: dict[tuple[int, int], list[_Awaiting]] = {}
         self._param_steps: dict[int, int] = {}
+        # The registered module calls being traced, innermost last: each a token
+        # (`owner_hooks`), or `_HOOKS_WORK`. Dynamo traces its changes (and undoes them
+        # when it restarts a trace); it is empty whenever a compiled model is called.
+        self._owners: list[int] = []
+        # Per token: its registration and how many of each op and tap it made so far (at
+        # trace time).
+        self._tokens: dict[int, tuple[Registration, dict[tuple[str, str], int]]] = {}
+        self._inner_calls = 0
 
     def forward_hook(self, reg: Registration) -> Callable[..., None]:
         """The forward hook of a compiled model's module with `stats=`: TorchDynamo traces
@@ -114,9 +138,7 @@ class CompiledHooks:
         view's own hook does not fire (the view was modified in place)."""
         site = reg.site("output", "")
         self._site_regs[site] = reg
-        fn = self._sink.graph_stats
-        emit = emit_op()
-        sink = self._open_sink()
+        put = self._put()
         train_only = self._train_only
         # Each traced call of the hook gets a number, fixed in the compiled graph, that its
         # gradient hooks deliver with: it tells which forward call a gradient belongs to,
@@ -150,7 +172,24 @@ class CompiledHooks:
             tensor, index, length = graph_part(output)
             assert tensor is not None  # graph_route said so
             call_id = traced_call()  # a constant in the compiled graph
-            if what == HOOKED_OUTPUT:
+            put(tensor, site, call_id, TRAINING if training else 0, what, index, length)
+
+        return hook
+
+    def _put(self) -> Callable[[Tensor, int, int, int, int, int, int], None]:
+        """What a traced hook calls to record `tensor` at `site` in the graph:
+        `put(tensor, site, call_id, flags, what, index, length)` emits its statistics and,
+        for a `HOOKED_OUTPUT` (`what`, possibly with `_INNER`), hooks its gradient (and, for
+        a module's output that is a view, its base's: `grad_hooks.stand_in`), delivered
+        with `call_id`."""
+        fn = self._sink.graph_stats
+        emit = emit_op()
+        sink = self._open_sink()
+
+        def put(
+            tensor: Tensor, site: int, call_id: int, flags: int, what: int, index: int, length: int
+        ) -> None:
+            if what & ~(_INNER | _NEW) == HOOKED_OUTPUT:
                 # Both return the gradient unchanged: under compiled autograd a hook that
                 # returns None replaces it with None.
                 def grad_hook(grad: Tensor) -> Tensor:
@@ -158,7 +197,10 @@ class CompiledHooks:
                     return grad
 
                 tensor.register_hook(grad_hook)  # type: ignore[no-untyped-call]
-                base = stand_in(tensor)
+                # An op's result is a new tensor, not a view. (Dynamo's traced result of a
+                # matmul of 4-D tensors is a view where the eager one is not: the graph
+                # then reads a base that is None when it runs.)
+                base = None if what & _NEW else stand_in(tensor)
                 if base is not None:
                     cut = view_replay(tensor, base)
 
@@ -170,7 +212,6 @@ class CompiledHooks:
                         return grad
 
                     base.register_hook(base_hook)  # type: ignore[no-untyped-call]
-            flags = TRAINING if training else 0
             emit(
                 fn.graph_raw(tensor),
                 sink,
@@ -183,7 +224,113 @@ class CompiledHooks:
                 length,
             )
 
-        return hook
+        return put
+
+    def owner_hooks(
+        self, reg: Registration, mode: TorchFunctionMode | None
+    ) -> tuple[Callable[..., None], Callable[..., None], Callable[..., None], Callable[..., None]]:
+        """The hooks that keep the owner stack while `reg`'s module's call is traced, so
+        that an op or a tap (`inner`) knows at trace time which module's `forward` made
+        it: `(first pre-hook, last pre-hook, first forward hook, last forward hook)`, to
+        be registered in these places (the forward hooks also on an exception), so that
+        the tracker's own hooks run with `_HOOKS_WORK` on top. `mode` (`ops=`'s), when
+        given, is pushed at the outermost call and popped at its end: Dynamo traces it.
+
+        A token is a number fixed at trace time (`mark_trace_constant`) for each traced
+        call: ops and taps are numbered within it (`"softmax#1"`)."""
+        owners = self._owners
+        tokens = self._tokens
+
+        def token() -> int:
+            number = len(tokens)
+            tokens[number] = (reg, {})
+            return number
+
+        token = mark_trace_constant(token)
+        # Hooks that run outside a trace (those of the module a compiled frame is called
+        # from: Dynamo starts tracing at its `forward`) push the same token at every call,
+        # or the frame's guard on the stack would fail at each; `inner` numbers its ops
+        # again in each trace.
+        outside = token()
+
+        def pre_first(module: nn.Module, args: tuple[Any, ...]) -> None:
+            owners.append(_HOOKS_WORK)
+            if mode is not None and len(owners) == 1:
+                mode.__enter__()  # type: ignore[no-untyped-call]
+
+        def pre_last(module: nn.Module, args: tuple[Any, ...]) -> None:
+            owners[-1] = token() if torch.compiler.is_compiling() else outside
+
+        def post_first(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            owners[-1] = _HOOKS_WORK
+
+        def post_last(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            owners.pop()
+            if mode is not None and not owners:
+                mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+
+        return pre_first, pre_last, post_first, post_last
+
+    def inner(self, kind: Kind, outside: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+        """Records an op's or a tap's value (`kind`) in the graph: `record(name, value)`,
+        traced, as a record of the module whose call is traced (`owner_hooks`), numbered
+        in that call at trace time (`"softmax#0"`; a tap from its second use). Nothing
+        while the tracker's own hooks run; `outside(name, value)` (eager) for a value
+        outside every registered module's call, and the eager path for a value the graph
+        cannot record (`plan.graph_route`), behind a graph break."""
+        owners = self._owners
+        tokens = self._tokens
+        site_regs = self._site_regs
+        train_only = self._train_only
+        put = self._put()
+        inner_what = _INNER | _NEW if kind == "op" else _INNER
+
+        def resolve(token: int, name: str) -> tuple[int, int, bool, int]:
+            """(site, flags or -1 to skip, grad, number) of a value named `name`."""
+            reg, counts = tokens[token]
+            key = (name, compile_attempt())
+            k = counts.get(key, 0)
+            counts[key] = k + 1
+            attr = f"{name}#{k}" if k or kind == "op" else name
+            site = reg.site(kind, attr)
+            site_regs[site] = reg
+            training = reg.module.training
+            flags = -1 if train_only and not training else TRAINING if training else 0
+            return site, flags, reg.grad, k
+
+        def inner_call() -> int:
+            self._inner_calls += 1
+            return self._inner_calls
+
+        resolve = mark_trace_constant(resolve)
+        inner_call = mark_trace_constant(inner_call)
+        eager_inner = self._eager_inner
+
+        def eager(token: int, name: str, k: int, value: Any) -> None:
+            if self._clock.recording:
+                eager_inner(tokens[token][0], kind, name, k, value)
+
+        eager = untraced(eager)
+
+        def record(name: str, value: Any) -> None:
+            token = owners[-1] if owners else _NO_MODULE  # a constant while tracing
+            if token == _HOOKS_WORK:
+                return
+            if token == _NO_MODULE:
+                outside(name, value)
+                return
+            site, flags, grad, k = resolve(token, name)
+            if flags < 0:
+                return
+            what = graph_route(value, grad)
+            if what == EAGER:
+                eager(token, name, k, value)
+                return
+            tensor, index, length = graph_part(value)
+            assert tensor is not None  # graph_route said so
+            put(tensor, site, inner_call(), flags, what | inner_what, index, length)
+
+        return record
 
     def param_hook(self, reg: Registration) -> Callable[..., None]:
         """The forward pre-hook of a `forward_hook`'s module with `capture="params"`:
@@ -215,12 +362,17 @@ class CompiledHooks:
         return self._key
 
     def close(self) -> None:
-        """The hooks were removed: the graphs deliver nowhere; no gradient is awaited."""
+        """The hooks were removed: the graphs deliver nowhere; no gradient is awaited; the
+        owner tokens and op numbers start again with the hooks attached next (so that the
+        graphs traced again are the same: Inductor's cache)."""
         if self._open:
             assert self._key is not None
             close_sink(self._key)
             self._open = False
         self._awaiting.clear()
+        self._owners.clear()
+        self._tokens.clear()
+        self._inner_calls = 0
 
     def await_only(self, step: int) -> None:
         """Await only the gradients of the calls of `step`, the step `step()` ends (a
@@ -260,10 +412,13 @@ class CompiledHooks:
                 self._param_steps[site] = clock.count
                 self._sink.put_raw(site, 0, clock.step, flags, raw, numel)
             return
+        inner = what & _INNER
+        what &= ~(_INNER | _NEW)
         if what in (OUTPUT, HOOKED_OUTPUT):
             reg = self._site_regs[site]
             call = reg.calls
-            reg.calls = call + 1
+            if not inner:  # an op or a tap is of the call its module's output ends
+                reg.calls = call + 1
             self._sink.put_raw(site, call, clock.step, flags, raw, numel, index, length)
             if what == HOOKED_OUTPUT:
                 entry = _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)

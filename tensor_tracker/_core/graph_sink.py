@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -39,6 +39,8 @@ Sink = Callable[[Tensor, int, int, int, int, int, int, int], None]
 """Receives what a traced hook passed to `emit`: (raw statistics, site, hook call id,
 element count, flags, what they are, and where the tensor was: its position in a tuple of
 that length, or -1 and 0: see `plan.graph_part`)."""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 _SINKS: dict[int, Sink] = {}
 _KEYS = itertools.count()
@@ -73,9 +75,10 @@ def close_sink(key: int) -> None:
     _SINKS.pop(key, None)
 
 
-def mark_trace_constant(fn: Callable[[], int]) -> Callable[[], int]:
-    """Mark `fn` so that Dynamo calls it once, while tracing, and keeps its result as a
-    constant of the graph (`torch.compiler.assume_constant_result`), with no guard on it."""
+def mark_trace_constant(fn: _F) -> _F:
+    """Mark `fn` so that Dynamo calls it once, while tracing (with constant arguments), and
+    keeps its result as a constant of the graph (`torch.compiler.assume_constant_result`),
+    with no guard on it."""
     torch.compiler.assume_constant_result(fn)  # type: ignore[no-untyped-call]
     return fn
 

@@ -239,12 +239,14 @@ class EagerHooks:
         counted: bool,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
+        number: int | None = None,
     ) -> None:
         """Record `value` for `tensor_tracker.stash`, `tap` or an op (`kind`) under `reg`,
         whose `forward` is running (`counted`: its pre-hook numbered this call already, as
         when no forward hook does). An op's `args`/`kwargs` (its inputs) go to the record
         (`RecordSink.record`, a `stash=`'s `Event`). An op is numbered within the call
-        (`"softmax#0"`), a tap from its second use (`"h"`, `"h#1"`)."""
+        (`"softmax#0"`), a tap from its second use (`"h"`, `"h#1"`); `number`, when
+        given, is that number, counted already (a compiled graph's `CompiledHooks.inner`)."""
         if graph_task_id() != -1:  # in backward(): a checkpoint's recomputation
             return
         training = reg.module.training
@@ -252,7 +254,7 @@ class EagerHooks:
             return
         call = max(reg.calls - 1, 0) if counted else reg.calls
         if kind == "op" or kind == "tap":
-            k = reg.count(name, call)
+            k = reg.count(name, call) if number is None else number
             if k or kind == "op":
                 name = f"{name}#{k}"
         flags = TRAINING if training else 0

@@ -14,6 +14,10 @@ registered, so an untracked child's ops and those the hooks run (statistics comp
 after a child returns, or by `tap`) are not. The record goes through the same path as
 `tensor_tracker.stash` (`EagerHooks.stash_named`), with the op's arguments as the
 record's `args`/`kwargs`.
+
+On a compiled model whose outputs are recorded in its graphs (`plan.inner_in_graph`),
+`GraphOpsMode` takes its place: pushed and popped by hooks Dynamo traces, it is traced too,
+and its records are made in the graph (`CompiledHooks.inner`), with no graph break.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from torch.overrides import TorchFunctionMode
 from .._torch_compat import untraced
 from ..errors import ArgumentTypeError, ArgumentValueError
 
-__all__ = ["OP_FUNCTIONS", "OpsHooks", "check_ops"]
+__all__ = ["OP_FUNCTIONS", "GraphOpsMode", "OpsHooks", "check_ops"]
 
 
 def _present(*functions: Any) -> tuple[Callable[..., Any], ...]:
@@ -211,6 +215,42 @@ class _OpsMode(TorchFunctionMode):
         reg = None if owner is None else self._owners.get(id(owner))
         if reg is not None:
             self._record(reg, name, output, args, kwargs or {})
+
+
+class GraphOpsMode(TorchFunctionMode):
+    """The mode of `ops=` on a compiled model whose records are made in its graphs:
+    pushed and popped by hooks Dynamo traces (`CompiledHooks.owner_hooks`), so Dynamo
+    traces it too, and hands each call of a function in `functions` to `record(name,
+    output)` (`CompiledHooks.inner`, traced: it knows the owner at trace time). An
+    operation not asked for adds nothing to the graph.
+
+    Example:
+        >>> seen = []
+        >>> with GraphOpsMode(check_ops("add", "ops="), lambda name, out: seen.append(name)):
+        ...     _ = torch.ones(1) + 1
+        >>> seen
+        ['add']
+    """
+
+    def __init__(
+        self, functions: Mapping[Callable[..., Any], str], record: Callable[[str, Any], None]
+    ) -> None:
+        super().__init__()
+        self._functions = dict(functions)  # a dict: Dynamo looks functions up in it
+        self._record = record
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        output = func(*args, **kwargs) if kwargs else func(*args)
+        name = self._functions.get(func)
+        if name is not None:
+            self._record(name, output)
+        return output
 
 
 class OpsHooks:

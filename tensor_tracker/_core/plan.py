@@ -32,6 +32,7 @@ __all__ = [
     "grad_targets",
     "graph_part",
     "graph_route",
+    "inner_in_graph",
     "optimizer_states",
     "plan_hooks",
     "recorded_inputs",
@@ -54,8 +55,9 @@ class Setting:
         can_emit: this torch can hand statistics out of a graph (`graph_sink.can_emit`).
         traces_gradients: Dynamo traces a tensor hook on an intermediate tensor.
         dynamo: Dynamo may run (it is imported): eager hooks are then `untraced`.
-        ops: `ops=` records functional operations (their mode is pushed and popped by
-            eager hooks, so a compiled graph ends at each module call anyway).
+        ops: `ops=` records functional operations: in a compiled model's graphs where
+            `inner_in_graph` says so; else their mode is pushed and popped by eager
+            hooks, so a compiled graph ends at each module call anyway.
     """
 
     outputs: bool = True
@@ -102,6 +104,29 @@ class HookPlan:
     param_grads: tuple[str, ...]
 
 
+def inner_in_graph(setting: Setting) -> bool:
+    """Whether the ops (`ops=`) and taps of a tracker are recorded in a compiled model's
+    graphs (`CompiledHooks.inner`), as the outputs are: its statistics can be computed
+    there, gradient hooks are traced and no input is captured.
+
+    Example:
+        >>> inner_in_graph(Setting(graph_stats=True, compiled=True, can_emit=True,
+        ...                        traces_gradients=True, ops=True))
+        True
+        >>> inner_in_graph(Setting(graph_stats=True, compiled=True, can_emit=True, ops=True))
+        False
+    """
+    s = setting
+    return (
+        s.outputs
+        and s.compiled
+        and s.graph_stats
+        and s.can_emit
+        and s.traces_gradients
+        and not s.inputs
+    )
+
+
 def plan_hooks(setting: Setting, module: ModuleFacts) -> HookPlan:
     """The hooks a module gets: in a compiled model's graphs where the statistics can be
     computed there (and, when its gradients are recorded, Dynamo traces gradient hooks and
@@ -122,7 +147,7 @@ def plan_hooks(setting: Setting, module: ModuleFacts) -> HookPlan:
     s = setting
     in_graph = (
         s.outputs
-        and not s.ops
+        and (not s.ops or inner_in_graph(s))
         and s.compiled
         and s.graph_stats
         and s.can_emit

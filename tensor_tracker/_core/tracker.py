@@ -32,9 +32,9 @@ from .dist import rank_info
 from .graph_sink import can_emit, traces_gradients
 from .hooks import EagerHooks
 from .naming import module_names
-from .ops import OpsHooks
+from .ops import GraphOpsMode, OpsHooks
 from .options import CAPTURE, Options, Pattern, check_filters, compile_pattern
-from .plan import ModuleFacts, Setting, plan_hooks
+from .plan import ModuleFacts, Setting, inner_in_graph, plan_hooks
 from .records import Kind, LogEntry, Stash
 from .registrations import Registration, Registrations
 from .sink import RecordSink
@@ -77,6 +77,10 @@ def _weak_call(method: Callable[[], None]) -> Callable[[], None]:
             bound()
 
     return call
+
+
+def _record_nothing(name: str, value: Any) -> None:
+    """An op outside every registered module's call: not recorded (`ops=`)."""
 
 
 def _as_is(hook: Callable[..., Any]) -> Callable[..., Any]:
@@ -170,24 +174,17 @@ def tap(name: str, value: Any) -> Any:
         >>> [(s.kind, s.attr, s.grad) for s in t if s.kind == "tap"]
         [('tap', 'scores', False), ('tap', 'scores', True)]
     """
-    if _ACTIVE:
-        _TAP[0](name, value)
+    if _TAPS:
+        for record in _TAPS:
+            record(name, value)
     return value
 
 
-def _tap(name: str, value: Any) -> None:
-    """`tap`'s records, made eagerly (see `_TAP`)."""
-    if not isinstance(name, str):
-        check_type(name, str, "tap(name, value): name", "a str")
-    frame = sys._getframe(1)  # `innermost` walks up from here to the module
-    for record in list(_ACTIVE):
-        record(name, value, frame, "tap")
-
-
-_TAP = [_tap]
-"""What `tap` calls while a tracker records: `_tap`, or where Dynamo may run (imported
-when a tracker attaches) `_tap` `untraced`, behind a graph break (Dynamo cannot trace the
-frame walk that finds the module). With no tracker `tap` traces as it is."""
+_TAPS: list[Callable[[str, Any], None]] = []
+"""What `tap` calls: one entry per tracker with hooks attached now, its `_eager_tap` (where
+Dynamo may run, `untraced`: Dynamo cannot trace the frame walk that finds the module), or
+for a compiled model recorded in its graphs (`plan.inner_in_graph`) a traced one
+(`CompiledHooks.inner`), which adds no graph break. With no tracker `tap` traces as it is."""
 
 
 class Recorder:
@@ -229,8 +226,11 @@ class Recorder:
             else None
         )
         self._graph = CompiledHooks(
-            self._clock, self._sink, options.train_only, self._eager.forward_hook
+            self._clock, self._sink, options.train_only, self._eager.forward_hook, self._eager_inner
         )
+        self._tap: Callable[[str, Any], None] | None = None  # this tracker's, in `_TAPS`
+        self._graph_ops: GraphOpsMode | None = None  # see `_attach`
+        self._inner_graph = False  # ops and taps recorded in compiled graphs
         self._ops = None if options.ops is None else OpsHooks(options.ops, self._record_op)
         self.step_kinds: dict[int, str] = self._clock.kinds
         """The kind of each step declared with `step(kind=...)` other than "default"."""
@@ -531,8 +531,17 @@ class Recorder:
                 if self._updates is not None:
                     handles += self._updates.attach(self._optimizer, self._regs)
             _ACTIVE.append(self._stash_named)
-            if _TAP[0] is _tap and "torch._dynamo" in sys.modules:
-                _TAP[0] = untraced(_tap)
+            setting = self._setting()
+            eager_tap = untraced(self._eager_tap) if setting.dynamo else self._eager_tap
+            self._tap, self._graph_ops = eager_tap, None
+            self._inner_graph = inner_in_graph(setting)
+            if self._inner_graph:
+                self._tap = self._graph.inner("tap", eager_tap)
+                if self.options.ops is not None:
+                    self._graph_ops = GraphOpsMode(
+                        self.options.ops, self._graph.inner("op", _record_nothing)
+                    )
+            _TAPS.append(self._tap)
             self._attached = True
         module = reg.module
         facts = ModuleFacts(
@@ -559,7 +568,15 @@ class Recorder:
             if plan.pre == "untraced":
                 pre_hook = untraced(pre_hook)
             handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        if self._ops is not None:  # after the other pre-hooks: they record no op
+        if self._inner_graph:
+            pre_first, pre_last, post_first, post_last = self._graph.owner_hooks(
+                reg, self._graph_ops
+            )
+            handles.append(module.register_forward_pre_hook(pre_first, prepend=True))
+            handles.append(module.register_forward_pre_hook(pre_last))
+            handles.append(module.register_forward_hook(post_first, prepend=True, always_call=True))
+            handles.append(module.register_forward_hook(post_last, always_call=True))
+        elif self._ops is not None:  # after the other pre-hooks: they record no op
             self._ops.attach(module, reg)
         params = dict(reg.params)
         for attr in plan.param_grads:
@@ -574,6 +591,8 @@ class Recorder:
             self._ops.detach()
         self._attached = False
         _ACTIVE[:] = [record for record in _ACTIVE if record != self._stash_named]
+        _TAPS[:] = [record for record in _TAPS if record is not self._tap]
+        self._tap = self._graph_ops = None
 
     def _stash_named(self, name: str, value: Any, frame: Any, kind: Kind) -> None:
         """Record `value` for `stash`, under the innermost registered module whose
@@ -585,6 +604,18 @@ class Recorder:
         # when there is no forward hook).
         self._eager.stash_named(reg, name, value, kind, counted=not self._outputs)
 
+    def _eager_tap(self, name: str, value: Any) -> None:
+        """`tap`'s record, made eagerly, under the innermost registered module whose
+        `forward` is on the call stack."""
+        if not isinstance(name, str):
+            check_type(name, str, "tap(name, value): name", "a str")
+        self._stash_named(name, value, sys._getframe(1), "tap")
+
+    def _eager_inner(self, reg: Registration, kind: Kind, name: str, k: int, value: Any) -> None:
+        """An op or tap record of a compiled graph's module that the graph cannot make
+        (see `CompiledHooks.inner`), numbered `k` in its call already."""
+        self._eager.stash_named(reg, name, value, kind, not self._outputs, number=k)
+
     def _record_op(
         self,
         reg: Registration,
@@ -594,6 +625,8 @@ class Recorder:
         kwargs: dict[str, Any],
     ) -> None:
         """Record a call of op `name` in `reg`'s `forward` (see `ops`)."""
+        if not self.recording:  # a compiled model's step that `every=` skips
+            return
         self._eager.stash_named(reg, name, value, "op", not self._outputs, args, kwargs)
 
     # -- reading ---------------------------------------------------------------------

@@ -98,10 +98,10 @@ def _fresh_dynamo() -> Iterator[None]:
     torch.compiler.reset()
 
 
-def _records(build: Builder, backend: str | None) -> pd.DataFrame:
+def _records(build: Builder, backend: str | None, **options: Any) -> pd.DataFrame:
     """Two SGD steps of the model from `build`, compiled with `backend` (None: eager),
-    tracked with statistics of outputs and parameters and their gradients; the records
-    sorted by `KEYS`."""
+    tracked with statistics of outputs and parameters and their gradients (and
+    `options`); the records sorted by `KEYS`."""
     model, args, kwargs = build()
     # Inductor draws random numbers with its own generator: no dropout, to compare.
     for module in model.modules():
@@ -111,7 +111,7 @@ def _records(build: Builder, backend: str | None) -> pd.DataFrame:
             module.dropout = 0.0
     run = model if backend is None else torch.compile(model, backend=backend)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with track(run, stats=True, capture=("outputs", "params")) as tracker:
+    with track(run, stats=True, capture=("outputs", "params"), **options) as tracker:
         for _ in range(2):
             out = run(*args, **kwargs).float()
             # Against fixed random weights: the mean square of a layer-normed output (the
@@ -124,9 +124,10 @@ def _records(build: Builder, backend: str | None) -> pd.DataFrame:
     return tracker.to_frame().sort_values(KEYS).reset_index(drop=True)
 
 
-def _assert_parity(name: str, backend: str) -> None:
-    eager = _records(MODELS[name], None)
-    compiled = _records(MODELS[name], backend)
+def _assert_parity(name: str, backend: str, **options: Any) -> pd.DataFrame:
+    """Assert that the compiled model's records are the eager one's; return them."""
+    eager = _records(MODELS[name], None, **options)
+    compiled = _records(MODELS[name], backend, **options)
     assert compiled[KEYS].values.tolist() == eager[KEYS].values.tolist()
     assert compiled["numel"].tolist() == eager["numel"].tolist()
     scale = torch.tensor(eager["rms"].values).clamp(min=1e-30)
@@ -134,6 +135,7 @@ def _assert_parity(name: str, backend: str) -> None:
         difference = torch.tensor(compiled[column].values) - torch.tensor(eager[column].values)
         worst = (difference.abs() / scale).max().item()
         assert worst <= TOLERANCE[backend], (column, worst)
+    return compiled
 
 
 @pytest.mark.skipif(not traces_gradients(), reason="torch < 2.13 records gradients eagerly")
@@ -146,3 +148,19 @@ def test_compiled_aot_eager_records_what_eager_records(name: str) -> None:
 @pytest.mark.parametrize("name", ["sliced_view", "transformer"])
 def test_compiled_inductor_records_what_eager_records(name: str) -> None:
     _assert_parity(name, "inductor")
+
+
+OPS = ["add", "matmul", "softmax", "linear", "layer_norm", "gelu", "relu"]
+
+
+@pytest.mark.skipif(not traces_gradients(), reason="torch < 2.13 records gradients eagerly")
+@pytest.mark.parametrize(
+    ("name", "backend"),
+    [("transformer", "aot_eager"), ("encoder", "aot_eager"), ("transformer", "inductor")],
+)
+def test_compiled_ops_record_what_eager_records(name: str, backend: str) -> None:
+    # Issue 37 item 4: the ops are recorded in the graphs, numbered and valued as eagerly.
+    records = _assert_parity(name, backend, ops=OPS)
+    ops = records[records["kind"] == "op"]
+    assert len(set(ops["attr"])) >= 4 and ops["grad"].any()
+    assert not counters["graph_break"]

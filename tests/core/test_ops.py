@@ -299,44 +299,60 @@ def test_a_wrong_ops_raises_before_touching_the_model(ops: Any, error: str) -> N
     assert hook_count(model) == 0
 
 
-def _op_means(t: tensor_tracker.Tracker) -> dict[tuple[str, str, bool], float]:
+def _op_means(t: tensor_tracker.Tracker) -> dict[tuple[str, str, int, bool], float]:
     frame = t.to_frame()
     ops = frame[frame["kind"].isin(["op", "tap"])]
-    return {(r.name, r.attr, r.grad): r.mean for r in ops.itertuples()}
+    return {(r.name, r.attr, r.step, r.grad): r.mean for r in ops.itertuples()}
+
+
+def _run_steps(
+    model: nn.Module, x: Tensor, steps: int, **options: Any
+) -> tuple[tensor_tracker.Tracker, list[int]]:
+    """`steps` training steps of `model` tracked with `options`; the number of graphs
+    Dynamo compiled so far after each."""
+    from torch._dynamo.utils import counters
+
+    graphs = []
+    with track(model, stats=True, **options) as t:
+        for _ in range(steps):
+            model(x).sum().backward()
+            t.step()
+            graphs.append(counters["stats"]["unique_graphs"])
+    return t, graphs
 
 
 @pytest.mark.slow  # compiles
-def test_compiled_ops_match_eager_and_only_the_eager_parts_break_the_graph() -> None:
+def test_compiled_ops_match_eager_with_no_graph_break_and_no_recompile() -> None:
     from torch._dynamo.utils import counters
 
     x = _input()
-    eager = _gpt()
-    with track(eager, stats=True, ops=["softmax", "matmul", "add"]) as t:
-        eager(x).sum().backward()
-    expected = _op_means(t)
-    assert len(expected) == 20
+    ops = ["softmax", "matmul", "add"]
+    expected = _op_means(_run_steps(_gpt(), x, 4, ops=ops, every=2)[0])
+    assert len(expected) == 2 * 20  # steps 0 and 2
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(_gpt(), backend="eager")
+    compiled = torch.compile(_gpt(), backend="aot_eager")
     # A first tracker whose ops never run leaves nothing behind for the next one.
     with track(compiled, stats=True, ops="scaled_dot_product_attention") as t:
         compiled(x).sum().backward()
     assert not _op_means(t) and torch._C._len_torch_function_stack() == 0
-    with track(compiled, stats=True, ops=["softmax", "matmul", "add"]) as t:
-        compiled(x).sum().backward()
+    t, graphs = _run_steps(compiled, x, 4, ops=ops, every=2)
     got = _op_means(t)
     assert set(got) == set(expected)
     for key, mean in expected.items():
         assert got[key] == pytest.approx(mean, rel=1e-5, abs=1e-6), key
     assert torch._C._len_torch_function_stack() == 0 and hook_count(compiled) == 0
-    # The mode's push and pop and each recorded call run eagerly, behind graph breaks;
-    # nothing else breaks the graph.
-    assert counters["graph_break"] and all("disable" in r for r in counters["graph_break"])
+    # The ops are recorded in the graphs: no graph break, and after the first recorded
+    # and the first unrecorded step, no recompile.
+    assert not counters["graph_break"]
+    assert graphs[1] == graphs[-1]
     torch._dynamo.reset()
 
 
 @pytest.mark.slow  # compiles
-def test_compiled_taps_match_eager() -> None:
+def test_compiled_taps_match_eager_with_no_graph_break() -> None:
+    from torch._dynamo.utils import counters
+
     class Tapping(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -348,22 +364,47 @@ def test_compiled_taps_match_eager() -> None:
 
     torch.manual_seed(0)
     module, x = Tapping(), torch.randn(2, 3)
-    with track(module, stats=True) as t:
-        module(x).sum().backward()
-    expected = _op_means(t)
-    compiled = torch.compile(module, backend="eager")
-    with track(compiled, stats=True) as t:
-        for _ in range(2):
-            compiled(x).sum().backward()
-            t.step()
-    got = _op_means(t)
+    expected = _op_means(_run_steps(module, x, 3, every=2)[0])
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(module, backend="aot_eager")
+    got = _op_means(_run_steps(compiled, x, 3, every=2)[0])
     assert (
         set(got)
         == set(expected)
-        == {(n, a, g) for n in [""] for a in ("h", "h#1") for g in (False, True)}
+        == {(n, a, s, g) for n in [""] for a in ("h", "h#1") for s in (0, 2) for g in (0, 1)}
     )
     for key, mean in expected.items():
         assert got[key] == pytest.approx(mean, rel=1e-5, abs=1e-6), key
+    assert not counters["graph_break"]
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow  # compiles
+def test_compiled_ops_stopped_inside_forward_leave_no_mode_and_no_hook() -> None:
+    # max_bytes= stops the tracker at a record the graph hands out in the middle of the
+    # forward pass (6 records in): the ops' mode and the owner stack are gone with it.
+    torch._dynamo.reset()
+    compiled = torch.compile(_gpt(), backend="aot_eager")
+    t = track(compiled, stats=True, ops="softmax", max_bytes=200)
+    with pytest.raises(tensor_tracker.MemoryBudgetError), t:
+        compiled(_input()).sum().backward()
+    assert len(t) > 0 and torch._C._len_torch_function_stack() == 0
+    assert hook_count(compiled) == 0
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow  # compiles
+def test_compiled_ops_recorded_eagerly_keep_to_the_steps_every_records() -> None:
+    # Full copies are not computed in the graph: the ops mode runs eagerly, behind graph
+    # breaks, and its hooks stay attached through the steps `every=` skips.
+    torch._dynamo.reset()
+    compiled = torch.compile(_gpt(), backend="aot_eager")
+    with track(compiled, ops="softmax", every=2) as t:
+        for _ in range(3):
+            compiled(_input()).sum().backward()
+            t.step()
+    assert sorted({s.step for s in t if s.kind == "op"}) == [0, 2]
     torch._dynamo.reset()
 
 
