@@ -602,10 +602,12 @@ def _check_formats(
                 if not rows.any():
                     continue
                 sub = frame[rows].assign(v=values[rows], subject=subjects[rows])
-                # In the order they ran (the frame's): the first is where the problem began;
-                # the modules after it often only pass the values on (a LayerNorm, a
-                # Dropout), some of them with a larger fraction.
                 worst = sub.groupby("subject", sort=False)["v"].max()
+                if what != "overflow":  # the worst first
+                    worst = worst.sort_values(ascending=False, kind="stable")
+                # An overflow in the order the modules ran (the frame's): the first is where
+                # it began; those after it often only pass the values on (a Dropout, a
+                # residual add), some of them with a larger fraction.
                 noun, count_key = _FORMAT_KINDS.get(kind, (f"{kind} tensor(s)", "tensors"))
                 explanation, suggestion = _format_text(
                     key, what, grad, kind, f"{len(worst)} {noun}"
