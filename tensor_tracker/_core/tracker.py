@@ -65,16 +65,16 @@ def check_module(module: Any, argument: str = "module") -> None:
     check_type(module, nn.Module, argument, "a torch.nn.Module (the model to track)")
 
 
-def _weak_call(method: Callable[[], None]) -> Callable[[], None]:
-    """`method`, called through a weak reference: a part holding it (the sink's `stop`)
-    keeps no reference cycle with the tracker (which would keep a streaming tracker's
-    writer and files open until a garbage collection)."""
+def _weak_call(method: Callable[..., None]) -> Callable[..., None]:
+    """`method`, called through a weak reference: a part holding it (the sink's `stop`,
+    the compiled hooks' eager fallback) keeps no reference cycle with the tracker (which
+    would keep a streaming tracker's writer and files open until a garbage collection)."""
     ref = weakref.WeakMethod(method)
 
-    def call() -> None:
+    def call(*args: Any) -> None:
         bound = ref()
         if bound is not None:
-            bound()
+            bound(*args)
 
     return call
 
@@ -226,7 +226,11 @@ class Recorder:
             else None
         )
         self._graph = CompiledHooks(
-            self._clock, self._sink, options.train_only, self._eager.forward_hook, self._eager_inner
+            self._clock,
+            self._sink,
+            options.train_only,
+            self._eager.forward_hook,
+            _weak_call(self._eager_inner),
         )
         self._tap: Callable[[str, Any], None] | None = None  # this tracker's, in `_TAPS`
         self._graph_ops: GraphOpsMode | None = None  # see `_attach`

@@ -214,6 +214,9 @@ def _payload(recording: Any, title: str, view: str, verdict: bool = True) -> dic
         if hist is not None and hist_name is not None and hist_name in rows.columns:
             wanted = set(hist_steps)
             kept = rows[rows["step"].isin(wanted)].drop_duplicates("step")
+            # Counts only (a copy that is not a floating-point tensor has none).
+            kept = kept[[np.ndim(c) == 1 for c in kept[hist_name]]]
+        if hist is not None and hist_name is not None and hist_name in rows.columns and len(kept):
             counts = np.stack([np.asarray(c, dtype=float) for c in kept[hist_name]])
             # Every value counted: the bins and the extra counts (zeros, out of range...).
             totals = counts.sum(axis=1)
