@@ -78,10 +78,12 @@ def live_view(
             `start()` yourself).
 
     Returns:
-        An `ipywidgets.VBox` with `controls`, `figure`, `message`, `image`, `readout` (the
-        table under the figure), `shown` (the modules drawn), `refresh()` (read and redraw
-        now; returns whether anything new was drawn), `start()`, `stop()`, and `steps` (the
-        recorded steps on display).
+        An `ipywidgets.VBox` with `controls`, `figure`, `message`, `image`, `status` (the
+        line above: the steps read, what it waits for, or that the run's writer stopped
+        without closing it), `readout` (the table under the figure), `shown` (the modules
+        drawn), `refresh()` (read and redraw now if the recording changed; returns whether
+        anything new was drawn), `start()`, `stop()`, and `steps` (the recorded steps on
+        display).
 
     Raises:
         TypeError: `source` is neither a path nor a streaming tracker.

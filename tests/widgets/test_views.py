@@ -26,6 +26,7 @@ from tensor_tracker._data._history_view import (
     heatmap_drawing,
     history_drawing,
     history_source,
+    role_modules,
     search_modules,
 )
 from tensor_tracker._data._live_view import (
@@ -46,7 +47,9 @@ from tensor_tracker._data._live_view import (
 )
 from tensor_tracker._data._scale_view import ScaleState, scale_choices, scale_drawing, scale_steps
 from tensor_tracker._data._umap_view import (
+    LIST_ROWS,
     UmapState,
+    layer_rows,
     layers_of_shape,
     selection_text,
     token_range,
@@ -195,6 +198,9 @@ def test_history_opens_on_one_role_across_the_blocks(hist_steps: Tracker) -> Non
         "blocks.0.attn.out",
         "blocks.1.attn.out",
     ]
+    # Picking a role selects it in every block; "(choose)" keeps the selection.
+    assert role_modules(source, "attn.out") == ("blocks.0.attn.out", "blocks.1.attn.out")
+    assert role_modules(source, "") is None
     assert history_source(Tracker()) is EMPTY
 
 
@@ -256,7 +262,10 @@ def test_umap_opens_on_the_numbered_layers_and_their_tokens(full: Tracker) -> No
     output = next(s.value for s in full if s.name == "blocks.0" and not s.grad)
     rows = output.numel() // output.shape[-1]
     assert source.start.layers == tuple(BLOCKS) and source.start.tokens == (0, rows - 1)
-    assert layers_of_shape(source, (rows, output.shape[-1])).value == tuple(BLOCKS)
+    layers = layers_of_shape(source, (rows, output.shape[-1]))
+    assert layers.value == tuple(BLOCKS)
+    assert len(layers.options) > LIST_ROWS and layer_rows(layers) == LIST_ROWS
+    assert layer_rows(Choice(tuple(range(3)), None)) == 3  # as tall as it is long
     # A layer with fewer rows narrows the tokens range to fit.
     assert token_range(source, UmapState(layers=("blocks.0",), tokens=(3, 500))) == (
         rows - 1,
