@@ -82,7 +82,7 @@ class LiveRead:
 
     Attributes:
         mark: the recording's `Mark` when read (`None`: not read yet).
-        status: the line above the figure: the steps read, or why there is nothing.
+        status: the line above the figure (HTML): the steps read, or why there is nothing.
         steps: the recorded steps, ascending.
         frame: the frame drawn (`live_frame`; `None` until a read finds a step). A read
             that fails keeps the last one: a growing recording read mid-write is not lost.
@@ -118,10 +118,10 @@ class LiveRead:
 
 def read_failure(last: LiveRead, path: Path, mark: Mark, error: BaseException) -> LiveRead:
     """`last` after reading the recording at `path` raised `error` (not written yet, or
-    read mid-write): what was drawn stays, the status says what the view waits for."""
-    return replace(
-        last, mark=mark, new=False, status=f"waiting for {path} ({type(error).__name__}: {error})"
-    )
+    read mid-write): what was drawn stays, the status says what the view waits for (as
+    HTML: the message may quote a hostile recording's text, escaped)."""
+    status = html.escape(f"waiting for {path} ({type(error).__name__}: {error})")
+    return replace(last, mark=mark, new=False, status=status)
 
 
 def read_result(
@@ -129,12 +129,15 @@ def read_result(
 ) -> LiveRead:
     """`last` after reading `records` (with statistics `spec`) from `path` at clock time
     `at`; `complete`: whether the writer closed the recording. One whose writer stopped
-    without closing it (killed or crashed) shows its whole steps and says so."""
+    without closing it (killed or crashed) shows its whole steps and says so. The status
+    is HTML (the path escaped)."""
     steps = tuple(sorted(set(records.step_values)))
     if not steps:
-        status = f"{path}: no step recorded yet"
+        status = html.escape(f"{path}: no step recorded yet")
         return replace(last, mark=mark, steps=(), complete=complete, new=False, status=status)
-    status = f"{path.name}: steps {steps[0]}-{steps[-1]} ({len(steps)} recorded), read at {at}"
+    status = html.escape(
+        f"{path.name}: steps {steps[0]}-{steps[-1]} ({len(steps)} recorded), read at {at}"
+    )
     if not complete and not mark.writing:
         status += (
             "; incomplete recording: its writer stopped without closing it (killed or crashed)"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import json
 import signal
 import subprocess
 import sys
@@ -132,6 +134,19 @@ def test_bad_sources_are_named(tmp_path: Path) -> None:
     assert "nothing yet" in waiting.status.value
     with pytest.raises(ValueError, match="no such directory"):
         widgets.live_view(tmp_path / "nothing yet", start=False)
+
+
+def test_a_hostile_recordings_text_is_shown_escaped(tmp_path: Path) -> None:
+    """The status is an HTML widget: a recording's own text reached it unescaped."""
+    run = tmp_path / "run"
+    run.mkdir()
+    tag = "<img src=x onerror=alert(1)>"
+    (run / "recording.json").write_text(
+        json.dumps({"format": "tensor_tracker.recording", "version": tag})
+    )
+    view = widgets.live_view(run, start=False)
+    assert view.figure is None and "format version" in view.status.value
+    assert tag not in view.status.value and html.escape(repr(tag)) in view.status.value
 
 
 class _Block(nn.Module):

@@ -356,6 +356,8 @@ def test_live_read_says_what_it_shows_and_keeps_it_when_a_read_fails(tmp_path: P
     failed = read_failure(read, path, Mark(12, True), ValueError("cut short"))
     assert failed.frame is read.frame and failed.steps == read.steps and not failed.new
     assert failed.status == f"waiting for {path} (ValueError: cut short)"
+    hostile = read_failure(read, path, Mark(12, True), ValueError("<b>"))
+    assert hostile.status.endswith("(ValueError: &lt;b&gt;)")  # the status is HTML
     history = live_shown(read, LiveState(show=ALL, grad=False), "history", None)
     assert history.shown == ["0", "1", ""] and history.drawing.options["names"] == history.shown
     assert "rms of each output at step 2" in history.readout and not history.drawing.hidden
