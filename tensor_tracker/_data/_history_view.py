@@ -36,6 +36,7 @@ __all__ = [
     "history_drawing",
     "history_source",
     "role_choice",
+    "role_modules",
     "search_modules",
 ]
 
@@ -171,3 +172,9 @@ def heatmap_drawing(source: HistorySource, state: HistoryState) -> Drawing | Not
 def role_choice(source: HistorySource) -> Choice:
     """The `role` control: `(choose)` or a role inside the blocks."""
     return Choice((("(choose)", ""), *((r, r) for r in source.depth.roles)), source.role or "")
+
+
+def role_modules(source: HistorySource, role: str) -> tuple[str, ...] | None:
+    """The modules picking `role` selects: that role in every block (`None` for
+    `(choose)`: the selection stays as it is)."""
+    return tuple(source.depth.members(role)) if role else None

@@ -1,12 +1,15 @@
-"""The live view's logic: from a recording's frame and the controls' values to the
-statistics and module selections it offers, the figure it draws and the readout under
-it (see `_views`). Reading the recording as it grows is the shell's job."""
+"""The live view's logic: when a refresh reads the recording again (`Mark`,
+`LiveRead.stale`), what a read shows (`read_result`, `read_failure`: the frame, the steps,
+the status line, "incomplete" after a killed run), the statistics and module selections
+the controls offer, and what is drawn with the readout under it (`live_shown`); see
+`_views`. Reading the disk and the refresh thread are the shell's job
+(`widgets._live`)."""
 
 from __future__ import annotations
 
 import html
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +27,20 @@ __all__ = [
     "ALL",
     "EXTREMES",
     "NAMES",
+    "LiveRead",
+    "LiveShown",
     "LiveState",
+    "Mark",
     "extremes",
     "latest_values",
     "live_choices",
     "live_drawing",
     "live_frame",
     "live_path",
+    "live_shown",
     "live_statistics",
+    "read_failure",
+    "read_result",
     "readout_html",
     "shown_modules",
 ]
@@ -56,6 +65,84 @@ class LiveState:
     show: str = ""
     grad: bool = True
     limits: bool = False
+
+
+@dataclass(frozen=True)
+class Mark:
+    """The recording on disk as a read found it: the size of its journal (one line per
+    committed step; -1 before the run creates it) and whether a writer held it."""
+
+    size: int
+    writing: bool
+
+
+@dataclass(frozen=True)
+class LiveRead:
+    """What the view shows of the recording as last read.
+
+    Attributes:
+        mark: the recording's `Mark` when read (`None`: not read yet).
+        status: the line above the figure (HTML): the steps read, or why there is nothing.
+        steps: the recorded steps, ascending.
+        frame: the frame drawn (`live_frame`; `None` until a read finds a step). A read
+            that fails keeps the last one: a growing recording read mid-write is not lost.
+        records: the records `frame` was made from (what the scale figure draws).
+        spec: their statistics spec (`None` without statistics).
+        complete: the writer had closed the recording (or paused it between `with` blocks).
+        new: this read found steps to draw.
+    """
+
+    mark: Mark | None = None
+    status: str = ""
+    steps: tuple[int, ...] = ()
+    frame: Any = None
+    records: Any = None
+    spec: Any = None
+    complete: bool = False
+    new: bool = False
+
+    @property
+    def watching(self) -> bool:
+        """Whether a refresh asks if the writer still holds the recording: only while the
+        last read saw it writing. A killed writer changes no file, only its lock; a lock
+        that is free is not probed, since a probe could race a writer claiming it."""
+        return self.mark is not None and self.mark.writing and not self.complete
+
+    def stale(self, size: int, writing: bool | None) -> bool:
+        """Whether to read the recording again, now that its journal has `size` bytes and
+        its writer holds it (`writing`; `None`: not asked, see `watching`)."""
+        if self.mark is None or size != self.mark.size:
+            return True
+        return writing is not None and writing != self.mark.writing
+
+
+def read_failure(last: LiveRead, path: Path, mark: Mark, error: BaseException) -> LiveRead:
+    """`last` after reading the recording at `path` raised `error` (not written yet, or
+    read mid-write): what was drawn stays, the status says what the view waits for (as
+    HTML: the message may quote a hostile recording's text, escaped)."""
+    status = html.escape(f"waiting for {path} ({type(error).__name__}: {error})")
+    return replace(last, mark=mark, new=False, status=status)
+
+
+def read_result(
+    last: LiveRead, path: Path, mark: Mark, records: Any, spec: Any, complete: bool, at: str
+) -> LiveRead:
+    """`last` after reading `records` (with statistics `spec`) from `path` at clock time
+    `at`; `complete`: whether the writer closed the recording. One whose writer stopped
+    without closing it (killed or crashed) shows its whole steps and says so. The status
+    is HTML (the path escaped)."""
+    steps = tuple(sorted(set(records.step_values)))
+    if not steps:
+        status = html.escape(f"{path}: no step recorded yet")
+        return replace(last, mark=mark, steps=(), complete=complete, new=False, status=status)
+    status = html.escape(
+        f"{path.name}: steps {steps[0]}-{steps[-1]} ({len(steps)} recorded), read at {at}"
+    )
+    if not complete and not mark.writing:
+        status += (
+            "; incomplete recording: its writer stopped without closing it (killed or crashed)"
+        )
+    return LiveRead(mark, status, steps, live_frame(records), records, spec, complete, new=True)
 
 
 def live_path(
@@ -213,10 +300,11 @@ def readout_html(
 def live_drawing(
     frame: Any, records: Any, state: LiveState, figure: str, shown: list[str], names: Any
 ) -> Drawing:
-    """The figure of the recording read: the scale plot at the latest step, or the history
-    of the `shown` modules (of `names` under the `names` choice)."""
+    """The figure of the recording read: the scale plot at the latest step (the `limits`
+    control hidden: it draws them always), or the history of the `shown` modules (of
+    `names` under the `names` choice)."""
     if figure != "history":
-        return Drawing("scale_plot", records, {"stat": state.stat})
+        return Drawing("scale_plot", records, {"stat": state.stat}, hidden=frozenset({"limits"}))
     options: dict[str, Any] = {
         "stat": state.stat,
         "grad": state.grad,
@@ -226,3 +314,26 @@ def live_drawing(
         options["formats"] = ()
     # Room on the right for the legend's names (36 characters at most, see short_label).
     return Drawing("history", frame, options, margins={"right": 3.1})
+
+
+@dataclass(frozen=True)
+class LiveShown:
+    """What the view shows for a read and the controls' values: the `drawing`, the
+    modules it draws (`shown`; empty for the scale figure) and the readout table under it
+    (HTML; empty for the scale figure)."""
+
+    drawing: Drawing
+    shown: list[str]
+    readout: str
+
+
+def live_shown(read: LiveRead, state: LiveState, figure: str, names: Any) -> LiveShown:
+    """What `live_view` draws of `read` (which has a frame) under the controls' `state`;
+    `figure` and `names` are `live_view`'s arguments."""
+    frame = read.frame
+    if figure != "history":
+        return LiveShown(live_drawing(frame, read.records, state, figure, [], names), [], "")
+    shown = shown_modules(frame, state, names)
+    latest = latest_values(frame, state.stat, state.grad, shown)
+    readout = readout_html(latest, shown, state.stat, state.grad, frame["step"].max())
+    return LiveShown(live_drawing(frame, read.records, state, figure, shown, names), shown, readout)

@@ -14,8 +14,10 @@ from .embedding import MAX_TOKENS, default_layers
 from .select import display_name, first_stashes, recorded_steps, select, stash_tensor
 
 __all__ = [
+    "LIST_ROWS",
     "UmapSource",
     "UmapState",
+    "layer_rows",
     "layers_of_shape",
     "selection_text",
     "shape_choice",
@@ -25,6 +27,8 @@ __all__ = [
 ]
 
 Shape = tuple[int, int]  # (tokens, features)
+# The tallest the layers list grows before it scrolls.
+LIST_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,11 @@ def layers_of_shape(source: UmapSource, shape: Shape) -> Choice:
     numbered = [n for n in source.default if n in names]
     value = numbered if len(numbered) >= 2 else names[:8]
     return Choice(tuple(module_options(names)), tuple(value))
+
+
+def layer_rows(layers: Choice) -> int:
+    """The height of the `layers` list: as tall as it is long, up to `LIST_ROWS` rows."""
+    return min(len(layers.options), LIST_ROWS)
 
 
 def token_range(source: UmapSource, state: UmapState) -> tuple[int, tuple[int, int]] | None:

@@ -7,7 +7,9 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from .._data._umap_view import (
+    UmapSource,
     UmapState,
+    layer_rows,
     layers_of_shape,
     selection_text,
     shape_choice,
@@ -15,7 +17,7 @@ from .._data._umap_view import (
     umap_drawing,
     umap_source,
 )
-from .._data._views import Note, module_options
+from .._data._views import Note
 from ._base import (
     Panel,
     Quiet,
@@ -28,6 +30,7 @@ from ._base import (
 
 if TYPE_CHECKING:
     import ipywidgets
+    from matplotlib.figure import Figure
 
 __all__ = ["umap_viewer"]
 
@@ -72,75 +75,89 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
     source = umap_source(tracker)
     if isinstance(source, Note):
         return empty_viewer(w, source)
-    start, shape = source.start, shape_choice(source)
-    of_shape = source.shapes[shape.value]
-    c: dict[str, Any] = {
-        "shape": w.Dropdown(options=shape.options, value=shape.value, description="shape"),
-        "layers": w.SelectMultiple(
-            options=module_options(of_shape),
-            value=start.layers,
-            description="layers",
-            rows=min(len(of_shape), 16),
-        ),
-        "tokens": w.IntRangeSlider(
-            value=start.tokens,
-            min=0,
-            max=max(shape.value[0] - 1, 0),
-            description="tokens",
-            continuous_update=False,
-        ),
-        "method": w.ToggleButtons(options=["pca", "umap"], value=start.method),
-        "grad": w.ToggleButtons(
-            options=[("activations", False), ("gradients", True), ("both", "both")],
-            value=start.grad,
-        ),
-        "step": w.Dropdown(options=source.steps, value=start.step, description="step"),
-    }
-    if not shape.shown:
-        c["shape"].layout.display = "none"
-    selection = w.HTML()
-    panel = Panel(w)
-    quiet = Quiet()
+    return _UmapViewer(w, tracker, source, token_labels).box
 
-    def state() -> UmapState:
-        return UmapState(**{f.name: c[f.name].value for f in fields(UmapState)})
 
-    def redraw() -> None:
-        if not quiet.active:
-            panel.show(lambda: render(umap_drawing(source, state(), token_labels)))
-            box.figure = panel.figure
+class _UmapViewer:
+    """The widgets of one `umap_viewer`: what each control offers and what is drawn is
+    decided in `_data._umap_view`; this class sets the controls and draws."""
 
-    def on_shape() -> None:
-        layers = layers_of_shape(source, c["shape"].value)
+    def __init__(
+        self, w: Any, tracker: Any, source: UmapSource, token_labels: Sequence[Any] | None
+    ) -> None:
+        self.source, self.token_labels = source, token_labels
+        start, shape = source.start, shape_choice(source)
+        layers = layers_of_shape(source, shape.value)
+        self.controls: dict[str, Any] = {
+            "shape": w.Dropdown(options=shape.options, value=shape.value, description="shape"),
+            "layers": w.SelectMultiple(
+                options=layers.options,
+                value=start.layers,
+                description="layers",
+                rows=layer_rows(layers),
+            ),
+            "tokens": w.IntRangeSlider(
+                value=start.tokens,
+                min=0,
+                max=max(shape.value[0] - 1, 0),
+                description="tokens",
+                continuous_update=False,
+            ),
+            "method": w.ToggleButtons(options=["pca", "umap"], value=start.method),
+            "grad": w.ToggleButtons(
+                options=[("activations", False), ("gradients", True), ("both", "both")],
+                value=start.grad,
+            ),
+            "step": w.Dropdown(options=source.steps, value=start.step, description="step"),
+        }
+        c = self.controls
+        if not shape.shown:
+            c["shape"].layout.display = "none"
+        self.selection = w.HTML()
+        self.panel, self.quiet = Panel(w), Quiet()
+        observe([c["layers"]], self.on_layers)
+        observe([c["shape"]], self.on_shape)
+        observe([c["tokens"], c["method"], c["grad"], c["step"]], self.redraw)
+        rows = [
+            w.HBox(
+                [
+                    w.VBox([c["shape"], c["layers"], self.selection]),
+                    w.VBox([c["tokens"], c["method"], c["grad"], c["step"]]),
+                ]
+            ),
+        ]
+        self.box = make_viewer(w, c, rows, self.panel, self.redraw, tracker)
+        self.box.selection = self.selection
+        self.selection.value = selection_text(c["layers"].value)
+        self.box.redraw()
+
+    def state(self) -> UmapState:
+        return UmapState(**{f.name: self.controls[f.name].value for f in fields(UmapState)})
+
+    def redraw(self) -> None:
+        if not self.quiet.active:
+            self.panel.show(self.draw)
+            self.box.figure = self.panel.figure
+
+    def draw(self) -> Figure:
+        return render(umap_drawing(self.source, self.state(), self.token_labels))
+
+    def on_shape(self) -> None:
+        layers = layers_of_shape(self.source, self.controls["shape"].value)
+        control = self.controls["layers"]
         # One state message for options and value: apart, the page may get an index
         # into options it does not have yet.
-        with quiet, c["layers"].hold_sync():
-            c["layers"].options = layers.options
-            c["layers"].rows = min(len(layers.options), 16)
-            c["layers"].value = layers.value
-        on_layers()
+        with self.quiet, control.hold_sync():
+            control.options = layers.options
+            control.rows = layer_rows(layers)
+            control.value = layers.value
+        self.on_layers()
 
-    def on_layers() -> None:
-        selection.value = selection_text(c["layers"].value)
-        tokens = token_range(source, state())
-        if tokens is not None and c["tokens"].max != tokens[0]:
-            with quiet:
-                c["tokens"].max, c["tokens"].value = tokens
-        redraw()
-
-    observe([c["layers"]], on_layers)
-    observe([c["shape"]], on_shape)
-    observe([c["tokens"], c["method"], c["grad"], c["step"]], redraw)
-    rows = [
-        w.HBox(
-            [
-                w.VBox([c["shape"], c["layers"], selection]),
-                w.VBox([c["tokens"], c["method"], c["grad"], c["step"]]),
-            ]
-        ),
-    ]
-    box = make_viewer(w, c, rows, panel, redraw, tracker)
-    box.selection = selection
-    selection.value = selection_text(c["layers"].value)
-    box.redraw()
-    return box
+    def on_layers(self) -> None:
+        self.selection.value = selection_text(self.controls["layers"].value)
+        tokens = token_range(self.source, self.state())
+        slider = self.controls["tokens"]
+        if tokens is not None and slider.max != tokens[0]:
+            with self.quiet:
+                slider.max, slider.value = tokens
+        self.redraw()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .._data._histogram_view import (
     BIN_CHOICES,
     NO_HISTOGRAM,
+    HistogramSource,
     HistogramState,
     filter_modules,
     histogram_choices,
@@ -77,72 +78,83 @@ def histogram_viewer(tracker: Any) -> ipywidgets.VBox:
     source = histogram_source(tracker)
     if isinstance(source, Note):
         return empty_viewer(w, source)
-    names = source.names
-    c: dict[str, Any] = {
-        "filter": w.Text(
-            value="",
-            description="filter",
-            placeholder="substring or regex",
-            continuous_update=False,
-        ),
-        "module": w.Dropdown(options=module_options(names), description="module"),
-        "what": w.Dropdown(description="value"),
-        "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=False),
-        "step": w.Dropdown(description="step"),
-        "call": w.Dropdown(description="call"),
-        "log2": w.ToggleButtons(options=[("linear", False), ("log2", True)], value=False),
-        "bins": w.ToggleButtons(options=BIN_CHOICES, value=64, description="bins"),
-    }
-    for key in ("grad", "log2"):
-        c[key].style.button_width = "80px"
-    c["bins"].style.button_width = "52px"  # "256" with the buttons' padding
-    panel = Panel(w)
-    quiet = Quiet()
-    chosen = [names[0]]  # the module the user chose last, kept across filters
+    return _HistogramViewer(w, tracker, source).box
 
-    def state() -> HistogramState:
-        return HistogramState(**{f.name: c[f.name].value for f in fields(HistogramState)})
 
-    def refresh_choices() -> None:
-        with quiet:
-            choices = histogram_choices(source.stashes(c["module"].value), state())
-            for key, choice in choices.items():  # in order: each depends on the one before
-                set_options(c[key], choice)
+class _HistogramViewer:
+    """The widgets of one `histogram_viewer`, and the module the user chose last (kept
+    across filters, see `filter_modules`): what each control offers and what is drawn is
+    decided in `_data._histogram_view`; this class sets the controls and draws."""
 
-    def on_filter() -> None:
-        with quiet:
-            choice, chosen[0] = filter_modules(names, c["filter"].value, chosen[0])
-            set_options(c["module"], choice)
-        refresh_choices()
-        redraw()
+    def __init__(self, w: Any, tracker: Any, source: HistogramSource) -> None:
+        self.source = source
+        self.chosen = source.names[0]
+        self.controls: dict[str, Any] = {
+            "filter": w.Text(
+                value="",
+                description="filter",
+                placeholder="substring or regex",
+                continuous_update=False,
+            ),
+            "module": w.Dropdown(options=module_options(source.names), description="module"),
+            "what": w.Dropdown(description="value"),
+            "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=False),
+            "step": w.Dropdown(description="step"),
+            "call": w.Dropdown(description="call"),
+            "log2": w.ToggleButtons(options=[("linear", False), ("log2", True)], value=False),
+            "bins": w.ToggleButtons(options=BIN_CHOICES, value=64, description="bins"),
+        }
+        c = self.controls
+        for key in ("grad", "log2"):
+            c[key].style.button_width = "80px"
+        c["bins"].style.button_width = "52px"  # "256" with the buttons' padding
+        self.panel, self.quiet = Panel(w), Quiet()
+        observe([c["filter"]], self.on_filter)
+        observe([c["module"], c["what"], c["grad"], c["step"]], self.on_choice)
+        observe([c["call"], c["log2"], c["bins"]], self.redraw)
+        rows = [
+            w.HBox([c["filter"], c["module"], c["what"]]),
+            w.HBox([c["grad"], c["step"], c["call"]]),
+            w.HBox([c["log2"], c["bins"]]),
+        ]
+        self.box = make_viewer(w, c, rows, self.panel, self.redraw, tracker)
+        self.refresh_choices()
+        self.box.redraw()
 
-    def draw() -> Figure:
-        drawing = histogram_drawing(source, state())
+    def state(self) -> HistogramState:
+        return HistogramState(
+            **{f.name: self.controls[f.name].value for f in fields(HistogramState)}
+        )
+
+    def refresh_choices(self) -> None:
+        with self.quiet:
+            stashes = self.source.stashes(self.controls["module"].value)
+            # In order: each depends on the one before.
+            for key, choice in histogram_choices(stashes, self.state()).items():
+                set_options(self.controls[key], choice)
+
+    def on_filter(self) -> None:
+        with self.quiet:
+            pattern = self.controls["filter"].value
+            choice, self.chosen = filter_modules(self.source.names, pattern, self.chosen)
+            set_options(self.controls["module"], choice)
+        self.refresh_choices()
+        self.redraw()
+
+    def draw(self) -> Figure:
+        drawing = histogram_drawing(self.source, self.state())
         for key in ("log2", "bins"):
-            c[key].layout.display = "none" if key in drawing.hidden else ""
+            self.controls[key].layout.display = "none" if key in drawing.hidden else ""
         return render(drawing)
 
-    def redraw() -> None:
-        if not quiet.active:
-            panel.show(draw)
-            box.figure = panel.figure
+    def redraw(self) -> None:
+        if not self.quiet.active:
+            self.panel.show(self.draw)
+            self.box.figure = self.panel.figure
 
-    def on_choice() -> None:
-        if not quiet.active:
-            if c["module"].value is not None:
-                chosen[0] = c["module"].value
-            refresh_choices()
-            redraw()
-
-    observe([c["filter"]], on_filter)
-    observe([c["module"], c["what"], c["grad"], c["step"]], on_choice)
-    observe([c["call"], c["log2"], c["bins"]], redraw)
-    rows = [
-        w.HBox([c["filter"], c["module"], c["what"]]),
-        w.HBox([c["grad"], c["step"], c["call"]]),
-        w.HBox([c["log2"], c["bins"]]),
-    ]
-    box = make_viewer(w, c, rows, panel, redraw, tracker)
-    refresh_choices()
-    box.redraw()
-    return box
+    def on_choice(self) -> None:
+        if not self.quiet.active:
+            if self.controls["module"].value is not None:
+                self.chosen = self.controls["module"].value
+            self.refresh_choices()
+            self.redraw()

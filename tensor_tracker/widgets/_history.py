@@ -6,11 +6,13 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from .._data._history_view import (
+    HistorySource,
     HistoryState,
     heatmap_drawing,
     history_drawing,
     history_source,
     role_choice,
+    role_modules,
     search_modules,
 )
 from .._data._views import Note, module_options
@@ -84,73 +86,82 @@ def history_viewer(tracker: Any) -> ipywidgets.VBox:
         viewer.heatmap_message = viewer.message
         viewer.heatmap_image = viewer.image
         return viewer
-    start, names, role = source.start, module_options(source.names), role_choice(source)
-    c: dict[str, Any] = {
-        "stat": w.Dropdown(options=source.stat.options, value=start.stat, description="statistic"),
-        "modules": w.SelectMultiple(
-            options=names, value=start.modules, description="modules", rows=8
-        ),
-        "search": w.Text(value="", placeholder="filter modules (regex)", description="search"),
-        "role": w.Dropdown(options=role.options, value=role.value, description="role"),
-        "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=start.grad),
-        "limits": w.Checkbox(value=start.limits, description="format limits", indent=False),
-        "heatmap_module": w.Dropdown(
-            options=names, value=start.heatmap_module, description="heatmap"
-        ),
-    }
-    for key in source.hidden:
-        c[key].layout.display = "none"
-    panel = Panel(w)
-    heat = Panel(w)
-    quiet = Quiet()
+    return _HistoryViewer(w, tracker, source).box
 
-    def state() -> HistoryState:
-        return HistoryState(**{f.name: c[f.name].value for f in fields(HistoryState)})
 
-    def redraw_history() -> None:
-        panel.show(lambda: render(history_drawing(source, state())))
-        box.figure = panel.figure
+class _HistoryViewer:
+    """The widgets of one `history_viewer`: what each control offers and what is drawn
+    is decided in `_data._history_view`; this class sets the controls and draws."""
 
-    def redraw_heatmap() -> None:
-        drawing = heatmap_drawing(source, state())
+    def __init__(self, w: Any, tracker: Any, source: HistorySource) -> None:
+        self.source = source
+        start, names, role = source.start, module_options(source.names), role_choice(source)
+        self.controls: dict[str, Any] = {
+            "stat": w.Dropdown(
+                options=source.stat.options, value=start.stat, description="statistic"
+            ),
+            "modules": w.SelectMultiple(
+                options=names, value=start.modules, description="modules", rows=8
+            ),
+            "search": w.Text(value="", placeholder="filter modules (regex)", description="search"),
+            "role": w.Dropdown(options=role.options, value=role.value, description="role"),
+            "grad": w.ToggleButtons(
+                options=[("forward", False), ("gradient", True)], value=start.grad
+            ),
+            "limits": w.Checkbox(value=start.limits, description="format limits", indent=False),
+            "heatmap_module": w.Dropdown(
+                options=names, value=start.heatmap_module, description="heatmap"
+            ),
+        }
+        c = self.controls
+        for key in source.hidden:
+            c[key].layout.display = "none"
+        self.panel, self.heat, self.quiet = Panel(w), Panel(w), Quiet()
+        observe([c["stat"], c["modules"], c["limits"]], self.redraw_history)
+        observe([c["search"]], self.search)
+        observe([c["role"]], self.pick_role)
+        observe([c["heatmap_module"]], self.redraw_heatmap)
+        observe([c["grad"]], self.redraw)
+        column = w.VBox([c["stat"], c["grad"], c["role"], c["search"], c["limits"]])
+        box = make_viewer(w, c, [w.HBox([column, c["modules"]])], self.panel, self.redraw, tracker)
+        box.children = (*box.children, c["heatmap_module"], self.heat.box)
+        box.heatmap_message = self.heat.message
+        box.heatmap_image = self.heat.image
+        box.heatmap_figure = None
+        self.box = box
+        box.redraw()
+
+    def state(self) -> HistoryState:
+        return HistoryState(**{f.name: self.controls[f.name].value for f in fields(HistoryState)})
+
+    def redraw_history(self) -> None:
+        if not self.quiet.active:
+            self.panel.show(lambda: render(history_drawing(self.source, self.state())))
+            self.box.figure = self.panel.figure
+
+    def redraw_heatmap(self) -> None:
+        drawing = heatmap_drawing(self.source, self.state())
         if isinstance(drawing, Note):
-            heat.say(drawing)
+            self.heat.say(drawing)
         else:
-            heat.show(lambda: render(drawing))
-        box.heatmap_figure = heat.figure
+            self.heat.show(lambda: render(drawing))
+        self.box.heatmap_figure = self.heat.figure
 
-    def redraw() -> None:
-        redraw_history()
-        redraw_heatmap()
+    def redraw(self) -> None:
+        self.redraw_history()
+        self.redraw_heatmap()
 
-    def search() -> None:
-        selected = c["modules"].value
-        kept = search_modules(source.names, c["search"].value, selected)
+    def search(self) -> None:
+        modules = self.controls["modules"]
+        selected = modules.value
+        kept = search_modules(self.source.names, self.controls["search"].value, selected)
         # The selection stays as it was (nothing to redraw); options and value go to the
         # page in one message.
-        with quiet, c["modules"].hold_sync():
-            c["modules"].options = module_options(kept)
-            c["modules"].value = selected
+        with self.quiet, modules.hold_sync():
+            modules.options = module_options(kept)
+            modules.value = selected
 
-    def pick_role() -> None:
-        if c["role"].value:
-            c["modules"].value = tuple(source.depth.members(c["role"].value))
-
-    observe(
-        [c["stat"], c["modules"], c["limits"]], lambda: None if quiet.active else redraw_history()
-    )
-    observe([c["search"]], search)
-    observe([c["role"]], pick_role)
-    observe([c["heatmap_module"]], redraw_heatmap)
-    observe([c["grad"]], redraw)
-    rows = [
-        w.HBox([w.VBox([c["stat"], c["grad"], c["role"], c["search"], c["limits"]]), c["modules"]])
-    ]
-    box = make_viewer(w, c, rows, panel, redraw, tracker)
-    box.children = (*box.children, c["heatmap_module"], heat.box)
-    box.heatmap_message = heat.message
-    box.heatmap_image = heat.image
-    box.heatmap_figure = None
-    box.redraw()
-    box.heatmap_figure = heat.figure
-    return box
+    def pick_role(self) -> None:
+        chosen = role_modules(self.source, self.controls["role"].value)
+        if chosen is not None:
+            self.controls["modules"].value = chosen

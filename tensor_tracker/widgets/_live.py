@@ -5,24 +5,27 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._data._live_view import (
+    LiveRead,
     LiveState,
-    latest_values,
+    Mark,
     live_choices,
-    live_drawing,
-    live_frame,
     live_path,
-    readout_html,
-    shown_modules,
+    live_shown,
+    read_failure,
+    read_result,
 )
+from .._persist.integrity import writer_alive
 from .._persist.recording import read_recording, spec_of
 from .._persist.recording_codec import JOURNAL
-from ._base import Panel, ipywidgets_module, make_viewer, observe, render, set_options
+from ._base import Panel, Quiet, ipywidgets_module, make_viewer, observe, render, set_options
 
 if TYPE_CHECKING:
     import ipywidgets
+    from matplotlib.figure import Figure
 
 __all__ = ["live_view"]
 
@@ -75,10 +78,12 @@ def live_view(
             `start()` yourself).
 
     Returns:
-        An `ipywidgets.VBox` with `controls`, `figure`, `message`, `image`, `readout` (the
-        table under the figure), `shown` (the modules drawn), `refresh()` (read and redraw
-        now; returns whether anything new was drawn), `start()`, `stop()`, and `steps` (the
-        recorded steps on display).
+        An `ipywidgets.VBox` with `controls`, `figure`, `message`, `image`, `status` (the
+        line above: the steps read, what it waits for, or that the run's writer stopped
+        without closing it), `readout` (the table under the figure), `shown` (the modules
+        drawn), `refresh()` (read and redraw now if the recording changed; returns whether
+        anything new was drawn), `start()`, `stop()`, and `steps` (the recorded steps on
+        display).
 
     Raises:
         TypeError: `source` is neither a path nor a streaming tracker.
@@ -97,115 +102,128 @@ def live_view(
         (['0', '1', '2'], [0, 1, 2])
         >>> view.controls["show"].value = "extremes"  # doctest: +SKIP
     """
-    w = ipywidgets_module()
     path = live_path(source, figure, stat, grad, interval, start)
-    panel = Panel(w)
-    status = w.HTML(value="")
-    readout = w.HTML(value="")
-    c: dict[str, Any] = {
-        "stat": w.Dropdown(options=[stat], value=stat, description="statistic"),
-        "show": w.Dropdown(options=[("(reading)", "")], value="", description="show"),
-        "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=grad),
-        "limits": w.Checkbox(value=False, description="format limits", indent=False),
-    }
-    for control in c.values():
-        control.layout.display = "none"  # shown once the recording says they can work
-    state: dict[str, Any] = {
-        "size": None,  # the first refresh reads (or says what it waits for)
-        "thread": None,
-        "stop": threading.Event(),
-        "frame": None,
-        "records": None,
-        "busy": False,
-    }
-    lock = threading.RLock()  # the refresh thread and the controls draw one at a time
-
-    def values() -> LiveState:
-        return LiveState(**{f.name: c[f.name].value for f in fields(LiveState)})
-
-    def draw() -> Any:
-        frame, now = state["frame"], values()
-        if figure == "history":
-            view.shown = shown_modules(frame, now, names)
-            latest = latest_values(frame, now.stat, now.grad, view.shown)
-            step = frame["step"].max()
-            readout.value = readout_html(latest, view.shown, now.stat, now.grad, step)
-        return render(live_drawing(frame, state["records"], now, figure, view.shown, names))
-
-    def redraw() -> None:
-        with lock:
-            if state["busy"] or state["frame"] is None:
-                return
-            panel.show(draw)
-            view.figure = panel.figure
-
-    def offer(frame: Any, spec: Any) -> None:
-        """Set the controls' options from what the recording holds."""
-        state["busy"] = True  # one redraw after, not one per control changed
-        try:
-            for key, choice in live_choices(frame, spec, values(), names, figure, stat).items():
-                set_options(c[key], choice)
-            c["limits"].layout.display = "" if figure == "history" else "none"
-        finally:
-            state["busy"] = False
-
-    def refresh() -> bool:
-        journal = path / JOURNAL  # grows by one line per committed step
-        size = journal.stat().st_size if journal.exists() else -1
-        if size == state["size"]:
-            return False
-        state["size"] = size
-        try:
-            records = read_recording(path).columns
-        except Exception as error:  # e.g. not written yet: say so, try again later
-            status.value = f"waiting for {path} ({type(error).__name__}: {error})"
-            return False
-        steps = sorted(set(records.step_values))
-        view.steps = steps
-        if not steps:
-            status.value = f"{path}: no step recorded yet"
-            return False
-        with lock:
-            frame = live_frame(records)
-            state["frame"], state["records"] = frame, records
-            offer(frame, spec_of(records))
-            redraw()
-        status.value = (
-            f"{path.name}: steps {steps[0]}-{steps[-1]} ({len(steps)} recorded), "
-            f"read at {time.strftime('%H:%M:%S')}"
-        )
-        return True
-
-    def loop() -> None:
-        while not state["stop"].wait(interval):
-            refresh()
-
-    def start_refreshing() -> None:
-        if state["thread"] is None or not state["thread"].is_alive():
-            state["stop"].clear()
-            state["thread"] = threading.Thread(
-                target=loop, name="tensor_tracker live_view", daemon=True
-            )
-            state["thread"].start()
-
-    def stop() -> None:
-        state["stop"].set()
-        thread = state["thread"]
-        if thread is not None:
-            thread.join(timeout=max(interval, 1.0) * 2 + 5)
-
-    observe(list(c.values()), redraw)
-    rows = [w.HBox([c["stat"], c["show"]]), w.HBox([c["grad"], c["limits"]])]
-    view = make_viewer(w, c, [status, *rows], panel, redraw)
-    view.children = (*view.children, readout)
-    view.steps = []
-    view.shown = []
-    view.refresh = refresh
-    view.start = start_refreshing
-    view.stop = stop
-    view.status = status
-    view.readout = readout
-    refresh()
+    view = _LiveView(ipywidgets_module(), path, figure, stat, grad, names, interval).box
+    view.refresh()
     if start:
-        start_refreshing()
+        view.start()
     return view
+
+
+class _LiveView:
+    """The widgets of one `live_view`, the recording as last read (`read`), and the refresh
+    thread. What to read, show and offer is decided in `_data._live_view`; this class reads
+    the disk, sets the controls and draws. The refresh thread and the controls' callbacks
+    draw one at a time (`lock`)."""
+
+    def __init__(
+        self,
+        w: Any,
+        path: Path,
+        figure: str,
+        stat: str,
+        grad: bool,
+        names: Any,
+        interval: float,
+    ) -> None:
+        self.path, self.figure, self.stat, self.names = path, figure, stat, names
+        self.interval = interval
+        self.read = LiveRead()
+        self.lock = threading.RLock()
+        self.quiet = Quiet()  # one redraw after the controls are offered, not one per control
+        self.halt = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.panel = Panel(w)
+        self.status = w.HTML(value="")
+        self.readout = w.HTML(value="")
+        self.controls: dict[str, Any] = {
+            "stat": w.Dropdown(options=[stat], value=stat, description="statistic"),
+            "show": w.Dropdown(options=[("(reading)", "")], value="", description="show"),
+            "grad": w.ToggleButtons(options=[("forward", False), ("gradient", True)], value=grad),
+            "limits": w.Checkbox(value=False, description="format limits", indent=False),
+        }
+        c = self.controls
+        for control in c.values():
+            control.layout.display = "none"  # shown once the recording says they can work
+        observe(list(c.values()), self.redraw)
+        rows = [w.HBox([c["stat"], c["show"]]), w.HBox([c["grad"], c["limits"]])]
+        box = make_viewer(w, c, [self.status, *rows], self.panel, self.redraw)
+        box.children = (*box.children, self.readout)
+        box.steps, box.shown = [], []
+        box.refresh, box.start, box.stop = self.refresh, self.start, self.stop
+        box.status, box.readout = self.status, self.readout
+        self.box = box
+
+    def state(self) -> LiveState:
+        return LiveState(**{f.name: self.controls[f.name].value for f in fields(LiveState)})
+
+    def draw(self) -> Figure:
+        shown = live_shown(self.read, self.state(), self.figure, self.names)
+        if self.figure == "history":
+            self.box.shown = shown.shown
+            self.readout.value = shown.readout
+        limits = self.controls["limits"].layout
+        limits.display = "none" if "limits" in shown.drawing.hidden else ""
+        return render(shown.drawing)
+
+    def redraw(self) -> None:
+        with self.lock:
+            if self.quiet.active or self.read.frame is None:
+                return
+            self.panel.show(self.draw)
+            self.box.figure = self.panel.figure
+
+    def refresh(self) -> bool:
+        """Read the recording again if it changed on disk, and redraw; whether it drew."""
+        journal = self.path / JOURNAL
+        size = journal.stat().st_size if journal.exists() else -1
+        writing = writer_alive(self.path) if self.read.watching else None
+        if not self.read.stale(size, writing):
+            return False
+        mark = Mark(size, writer_alive(self.path) if writing is None else writing)
+        try:
+            recording = read_recording(self.path)
+        except Exception as error:  # e.g. not written yet: say so, try again when it changes
+            read = read_failure(self.read, self.path, mark, error)
+        else:
+            columns = recording.columns
+            at = time.strftime("%H:%M:%S")
+            read = read_result(
+                self.read, self.path, mark, columns, spec_of(columns), recording.complete, at
+            )
+        with self.lock:
+            self.read = read
+            self.box.steps = list(read.steps)
+            if read.new:
+                self.offer()
+                self.redraw()
+        self.status.value = read.status
+        return read.new
+
+    def offer(self) -> None:
+        """Set the controls' options from what the recording read holds."""
+        with self.quiet:
+            choices = live_choices(
+                self.read.frame, self.read.spec, self.state(), self.names, self.figure, self.stat
+            )
+            for key, choice in choices.items():
+                set_options(self.controls[key], choice)
+
+    def follow(self) -> None:
+        while not self.halt.wait(self.interval):
+            self.refresh()
+
+    def start(self) -> None:
+        """Refresh every `interval` seconds in a background thread (one at a time)."""
+        if self.thread is None or not self.thread.is_alive():
+            self.halt.clear()
+            self.thread = threading.Thread(
+                target=self.follow, name="tensor_tracker live_view", daemon=True
+            )
+            self.thread.start()
+
+    def stop(self) -> None:
+        """Stop the background thread (waits for a refresh under way to end)."""
+        self.halt.set()
+        if self.thread is not None:
+            self.thread.join(timeout=max(self.interval, 1.0) * 2 + 5)

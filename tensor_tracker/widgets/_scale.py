@@ -6,7 +6,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from .._data._scale_view import ScaleState, scale_choices, scale_drawing, scale_steps
-from .._data._views import Note
+from .._data._views import Choice, Note
 from ._base import (
     Panel,
     Quiet,
@@ -57,28 +57,38 @@ def scale_viewer(tracker: Any) -> ipywidgets.VBox:
     choices = scale_choices(tracker)
     if isinstance(choices, Note):
         return empty_viewer(w, choices)
-    c: dict[str, Any] = {
-        key: w.Dropdown(options=choice.options, value=choice.value, description=label)
-        for (key, choice), label in zip(choices.items(), ("statistic", "kind", "step"), strict=True)
-    }
-    c["limits"] = w.Checkbox(value=True, description="format limits", indent=False)
-    panel = Panel(w)
-    quiet = Quiet()
+    return _ScaleViewer(w, tracker, choices).box
 
-    def redraw() -> None:
-        if not quiet.active:
-            state = ScaleState(**{f.name: c[f.name].value for f in fields(ScaleState)})
-            panel.show(lambda: render(scale_drawing(tracker, state)))
-            box.figure = panel.figure
 
-    def on_kind() -> None:
-        with quiet:
-            set_options(c["step"], scale_steps(tracker, c["kind"].value, c["step"].value))
-        redraw()
+class _ScaleViewer:
+    """The widgets of one `scale_viewer`: what each control offers and what is drawn is
+    decided in `_data._scale_view`; this class sets the controls and draws."""
 
-    observe([c["kind"]], on_kind)
-    observe([c["stat"], c["step"], c["limits"]], redraw)
-    row = w.HBox([c["stat"], c["kind"], c["step"], c["limits"]])
-    box = make_viewer(w, c, [row], panel, redraw, tracker)
-    box.redraw()
-    return box
+    def __init__(self, w: Any, tracker: Any, choices: dict[str, Choice]) -> None:
+        self.tracker = tracker
+        labels = ("statistic", "kind", "step")
+        self.controls: dict[str, Any] = {
+            key: w.Dropdown(options=choice.options, value=choice.value, description=label)
+            for (key, choice), label in zip(choices.items(), labels, strict=True)
+        }
+        c = self.controls
+        c["limits"] = w.Checkbox(value=True, description="format limits", indent=False)
+        self.panel, self.quiet = Panel(w), Quiet()
+        observe([c["kind"]], self.on_kind)
+        observe([c["stat"], c["step"], c["limits"]], self.redraw)
+        row = w.HBox([c["stat"], c["kind"], c["step"], c["limits"]])
+        self.box = make_viewer(w, c, [row], self.panel, self.redraw, tracker)
+        self.box.redraw()
+
+    def redraw(self) -> None:
+        if not self.quiet.active:
+            values = {f.name: self.controls[f.name].value for f in fields(ScaleState)}
+            state = ScaleState(**values)
+            self.panel.show(lambda: render(scale_drawing(self.tracker, state)))
+            self.box.figure = self.panel.figure
+
+    def on_kind(self) -> None:
+        c = self.controls
+        with self.quiet:
+            set_options(c["step"], scale_steps(self.tracker, c["kind"].value, c["step"].value))
+        self.redraw()

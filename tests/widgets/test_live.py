@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import html
+import json
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -72,6 +78,49 @@ def test_a_background_thread_follows_a_training_thread(tmp_path: Path) -> None:
     assert view.figure is not None
 
 
+_HOLDING = textwrap.dedent(
+    """
+    import sys, time, torch
+    from torch import nn
+    import tensor_tracker
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with tensor_tracker.track(model, stats=True, stream_to=sys.argv[1]) as t:
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            t.step()
+        print("ready", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_run_is_read_again_and_said_incomplete(tmp_path: Path) -> None:
+    """A killed writer changes no file, only its lock: the view read it once, while it ran,
+    and never said that the run had stopped (issue 36 item 5, live view)."""
+    path = tmp_path / "run"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _HOLDING, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        view = widgets.live_view(path, start=False)
+        assert view.steps == [0, 1, 2] and "incomplete" not in view.status.value
+        assert view.refresh() is False  # still running, nothing new
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(timeout=30)
+    with pytest.warns(RuntimeWarning, match="incomplete recording"):
+        assert view.refresh() is True
+    assert view.steps == [0, 1, 2] and view.figure is not None
+    assert "steps 0-2 (3 recorded)" in view.status.value
+    assert "incomplete recording: its writer stopped without closing it" in view.status.value
+    assert view.refresh() is False  # a dead writer is not asked again
+
+
 def test_bad_sources_are_named(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="stream_to"):
         widgets.live_view(3)
@@ -85,6 +134,19 @@ def test_bad_sources_are_named(tmp_path: Path) -> None:
     assert "nothing yet" in waiting.status.value
     with pytest.raises(ValueError, match="no such directory"):
         widgets.live_view(tmp_path / "nothing yet", start=False)
+
+
+def test_a_hostile_recordings_text_is_shown_escaped(tmp_path: Path) -> None:
+    """The status is an HTML widget: a recording's own text reached it unescaped."""
+    run = tmp_path / "run"
+    run.mkdir()
+    tag = "<img src=x onerror=alert(1)>"
+    (run / "recording.json").write_text(
+        json.dumps({"format": "tensor_tracker.recording", "version": tag})
+    )
+    view = widgets.live_view(run, start=False)
+    assert view.figure is None and "format version" in view.status.value
+    assert tag not in view.status.value and html.escape(repr(tag)) in view.status.value
 
 
 class _Block(nn.Module):

@@ -5,8 +5,11 @@ check the shell around it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from torch import nn
 
 from tensor_tracker import Tracker, track
 from tensor_tracker._data._histogram_view import (
@@ -23,22 +26,30 @@ from tensor_tracker._data._history_view import (
     heatmap_drawing,
     history_drawing,
     history_source,
+    role_modules,
     search_modules,
 )
 from tensor_tracker._data._live_view import (
     ALL,
     NAMES,
+    LiveRead,
     LiveState,
+    Mark,
     extremes,
     latest_values,
     live_choices,
     live_drawing,
     live_frame,
+    live_shown,
+    read_failure,
+    read_result,
     shown_modules,
 )
 from tensor_tracker._data._scale_view import ScaleState, scale_choices, scale_drawing, scale_steps
 from tensor_tracker._data._umap_view import (
+    LIST_ROWS,
     UmapState,
+    layer_rows,
     layers_of_shape,
     selection_text,
     token_range,
@@ -187,6 +198,9 @@ def test_history_opens_on_one_role_across_the_blocks(hist_steps: Tracker) -> Non
         "blocks.0.attn.out",
         "blocks.1.attn.out",
     ]
+    # Picking a role selects it in every block; "(choose)" keeps the selection.
+    assert role_modules(source, "attn.out") == ("blocks.0.attn.out", "blocks.1.attn.out")
+    assert role_modules(source, "") is None
     assert history_source(Tracker()) is EMPTY
 
 
@@ -248,7 +262,10 @@ def test_umap_opens_on_the_numbered_layers_and_their_tokens(full: Tracker) -> No
     output = next(s.value for s in full if s.name == "blocks.0" and not s.grad)
     rows = output.numel() // output.shape[-1]
     assert source.start.layers == tuple(BLOCKS) and source.start.tokens == (0, rows - 1)
-    assert layers_of_shape(source, (rows, output.shape[-1])).value == tuple(BLOCKS)
+    layers = layers_of_shape(source, (rows, output.shape[-1]))
+    assert layers.value == tuple(BLOCKS)
+    assert len(layers.options) > LIST_ROWS and layer_rows(layers) == LIST_ROWS
+    assert layer_rows(Choice(tuple(range(3)), None)) == 3  # as tall as it is long
     # A layer with fewer rows narrows the tokens range to fit.
     assert token_range(source, UmapState(layers=("blocks.0",), tokens=(3, 500))) == (
         rows - 1,
@@ -306,3 +323,44 @@ def test_live_offers_what_the_recording_holds(with_stats_steps: Tracker) -> None
     assert list(scale) == ["stat"]
     drawing = live_drawing(frame, None, LiveState(show=NAMES), "history", BLOCKS, r"blocks")
     assert drawing.options["names"] == r"blocks" and drawing.margins == {"right": 3.1}
+
+
+def test_live_reads_again_when_the_journal_grows_or_its_writer_stops() -> None:
+    assert LiveRead().stale(-1, None)  # never read: read now
+    running = LiveRead(mark=Mark(10, writing=True), complete=False)
+    assert running.watching  # only a lock shows a kill
+    assert not running.stale(10, True) and running.stale(10, False) and running.stale(11, None)
+    # Closed, paused or dead: its lock is not asked (a probe could race a new claim).
+    for done in (LiveRead(mark=Mark(10, True), complete=True), LiveRead(mark=Mark(10, False))):
+        assert not done.watching and not done.stale(10, None) and done.stale(12, None)
+
+
+def test_live_read_says_what_it_shows_and_keeps_it_when_a_read_fails(tmp_path: Path) -> None:
+    from tensor_tracker._persist.recording import read_recording, spec_of
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    with track(model, stats=True, stream_to=tmp_path / "run") as t:
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            t.step()
+    records = read_recording(tmp_path / "run").columns
+    path, spec = tmp_path / "run", spec_of(records)
+    read = read_result(LiveRead(), path, Mark(9, True), records, spec, False, "12:00:00")
+    assert read.new and read.steps == (0, 1, 2) and read.spec == spec
+    assert read.status == "run: steps 0-2 (3 recorded), read at 12:00:00"  # still running
+    assert sorted(set(read.frame["name"])) == ["", "0", "1"]  # "" is the model
+    killed = read_result(read, path, Mark(9, False), records, spec, False, "12:00:02")
+    assert killed.status.endswith(
+        "; incomplete recording: its writer stopped without closing it (killed or crashed)"
+    )
+    failed = read_failure(read, path, Mark(12, True), ValueError("cut short"))
+    assert failed.frame is read.frame and failed.steps == read.steps and not failed.new
+    assert failed.status == f"waiting for {path} (ValueError: cut short)"
+    hostile = read_failure(read, path, Mark(12, True), ValueError("<b>"))
+    assert hostile.status.endswith("(ValueError: &lt;b&gt;)")  # the status is HTML
+    history = live_shown(read, LiveState(show=ALL, grad=False), "history", None)
+    assert history.shown == ["0", "1", ""] and history.drawing.options["names"] == history.shown
+    assert "rms of each output at step 2" in history.readout and not history.drawing.hidden
+    scale = live_shown(read, LiveState(), "scale", None)
+    assert scale.shown == [] and scale.readout == "" and scale.drawing.hidden == {"limits"}
+    assert scale.drawing.source is records
