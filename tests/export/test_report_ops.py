@@ -63,7 +63,7 @@ def _payload(t: Any) -> dict[str, Any]:
     import json
     import re
 
-    text = page(t, None, "ops")
+    text = page(t, None, "ops")  # a Tracker or a Comparison
     found = re.search(r'<script id="data" type="application/json">(.*?)</script>', text, re.S)
     assert found is not None
     data: dict[str, Any] = json.loads(found.group(1))
@@ -230,3 +230,31 @@ def test_a_finding_on_a_softmax_opens_it_in_the_report_and_the_graph_view(
     browser.save_screenshot(str(_folder(tmp_path) / f"ops-graph-view-{size}.png"))
     assert console_errors(browser) == []
     _no_sideways_scroll(browser)
+
+
+def test_the_page_of_a_comparison_gives_op_rows_their_errors() -> None:
+    from tests.data.test_op_records import _model, _x
+
+    runs = []
+    for temperature in (1.0, 1.5):
+        model = _model()
+        model[0].temperature = temperature
+        with track(model, ops=["softmax", "matmul"], stats=True) as t:
+            model(_x()).sum().backward()
+        runs.append(t)
+    comparison = tensor_tracker.compare(runs[0], runs[1])
+    data = _payload(comparison)
+    row = [m["name"] for m in data["modules"]].index("0.softmax#0")
+    at = [k for k, s in enumerate(data["series"]) if s["module"] == row]
+    forward = next(k for k in at if not data["series"][k]["grad"])
+    errors = data["compare"]["series"][forward]
+    want = next(
+        r
+        for r in comparison.to_frame().itertuples()
+        if (r.name, r.attr, r.grad) == ("0", "softmax#0", False)
+    )
+    assert errors["status"] == [2]
+    assert errors["error"] == [pytest.approx(getattr(want, comparison.error_column))]
+    # Run b's values beside run a's: its softmax, not its module's output.
+    b = data["compare"]["series"][forward]["b"]
+    assert b is not None and b.keys() == data["series"][forward]["stats"].keys()
