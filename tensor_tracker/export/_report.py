@@ -415,6 +415,12 @@ def report(
     can share one y range; a histogram strip has its colour key and counts the values
     outside its range.
 
+    Op and tap records (`track(..., ops=...)`, `tap`) are rows of their own under their
+    module in the list (`"blocks.0.attn.softmax#0"`, type `op` or `tap`), placed where they
+    ran among its children, with their own charts, histogram strips and pin ("softmax#0
+    value", "softmax#0 gradient" dashed); the module's panel links to them, and the scale
+    and comparison charts draw them beside the module outputs.
+
     Everything works from the keyboard: the module list and the graph are one tab stop
     each (arrow keys move, Enter opens, P pins; in the graph + opens a module, Backspace
     goes back up), and a chart, once focused, reads its points out under the arrow keys.
