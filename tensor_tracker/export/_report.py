@@ -80,7 +80,8 @@ def _rows(frame: Any) -> list[tuple[str, str, str]]:
     module (which gets a row too, even when it recorded nothing itself); in tree order, each
     op or tap where it ran among its module's children."""
     rows: dict[tuple[str, str, str], tuple[str, ...]] = {}
-    for name, kind, attr in zip(frame["name"], frame["kind"], frame["attr"], strict=True):
+    distinct = frame[["name", "kind", "attr"]].drop_duplicates()  # in the order they ran
+    for name, kind, attr in zip(distinct["name"], distinct["kind"], distinct["attr"], strict=True):
         if kind in CHILD_KINDS:
             rows.setdefault((str(name), "", ""), _parts(str(name)))
             rows.setdefault((str(name), str(kind), str(attr)), (*_parts(str(name)), str(attr)))

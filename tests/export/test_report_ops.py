@@ -125,16 +125,19 @@ def _row(browser: Any, name: str) -> Any:  # noqa: F811
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("recorded", ["statistics", "copies"])
 @pytest.mark.parametrize("size", list(SIZES), ids=list(SIZES))
 def test_the_report_shows_op_rows_under_their_module(
-    statistics: Any,
+    recorded: str,
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     browser: Any,  # noqa: F811
     size: str,
 ) -> None:
     from selenium.webdriver.common.by import By
 
-    path = tensor_tracker.report(statistics, tmp_path / "ops.html")
+    t = request.getfixturevalue(recorded)
+    path = tensor_tracker.report(t, tmp_path / "ops.html")
     _open(browser, path, SIZES[size])
     folder = _folder(tmp_path)
     summary = browser.find_element(By.ID, "summary").text
@@ -159,9 +162,10 @@ def test_the_report_shows_op_rows_under_their_module(
     # Its chart: the softmax's value and its gradient (dashed), at the values recorded.
     lines = browser.execute_script("return cardLines(state.module).map((l) => [l.label, !!l.dash])")
     assert lines == [["softmax#0 value", False], ["softmax#0 gradient", True]]
+    # The softmax's rms at each step: recorded, or computed here from the copies.
     rms = [
-        s.first_value["rms"]
-        for s in statistics
+        s.first_value["rms"] if recorded == "statistics" else s.first_value.square().mean().sqrt()
+        for s in t
         if (s.name, s.kind, s.attr, s.grad) == (ATTN, "op", "softmax#0", False)
     ]
     shown = browser.execute_script("return [...floats(seriesOf[state.module][0].stats.rms)]")
@@ -172,7 +176,7 @@ def test_the_report_shows_op_rows_under_their_module(
     links = browser.find_elements(By.CSS_SELECTOR, "#panel .family a")
     assert [a.text for a in links] == [ATTN]
     _nothing_cut(browser)
-    browser.save_screenshot(str(folder / f"ops-softmax-{size}.png"))
+    browser.save_screenshot(str(folder / f"ops-softmax-{recorded}-{size}.png"))
     _click(browser, links[0])
     children = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#panel .family a")]
     assert children[:3] == ["matmul#0 (op)", "scores (tap)", "softmax#0 (op)"]
@@ -184,7 +188,7 @@ def test_the_report_shows_op_rows_under_their_module(
     assert card.find_element(By.TAG_NAME, "h3").text.startswith("softmax#0 of")
     assert len(card.find_elements(By.CSS_SELECTOR, ".strip")) == 2
     browser.execute_script("arguments[0].scrollIntoView()", card)
-    browser.save_screenshot(str(folder / f"ops-pin-{size}.png"))
+    browser.save_screenshot(str(folder / f"ops-pin-{recorded}-{size}.png"))
     assert console_errors(browser) == []
     _no_sideways_scroll(browser)
 
