@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import ArgumentValueError
 from ._views import EMPTY, Choice, Drawing, Note, module_options
-from .embedding import MAX_TOKENS, default_layers
-from .select import display_name, first_stashes, recorded_steps, select, stash_tensor
+from .embedding import MAX_TOKENS, default_layers, with_children
+from .select import display_name, first_stashes, recorded_steps, stash_tensor
 
 __all__ = [
     "LIST_ROWS",
@@ -69,7 +69,7 @@ def umap_source(tracker: Any) -> UmapSource | Note:
     stashes = first_stashes(tracker, "tracker")
     if not stashes:
         return EMPTY
-    outputs = select(stashes, kind="output")
+    outputs = with_children(stashes)
     candidates: dict[str, Shape] = {}
     for s in outputs:
         value = stash_tensor(s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from .._optional import require
 from ..errors import ArgumentTypeError, ArgumentValueError
 from ..stats import Stats
 from .select import (
+    CHILD_KINDS,
     ROOT_LABEL,
     as_stashes,
     display_name,
@@ -24,6 +26,7 @@ from .select import (
     shown_value,
     stash_tensor,
 )
+from .series import tensor_label
 
 if TYPE_CHECKING:
     pass
@@ -37,6 +40,7 @@ __all__ = [
     "layer_names",
     "layer_rows",
     "token_index",
+    "with_children",
 ]
 
 
@@ -48,6 +52,19 @@ Names = str | Sequence[str] | None
 
 
 NUMBERED = re.compile(r"(^|\.)\d+$")
+
+
+def with_children(stashes: Sequence[Stash]) -> list[Stash]:
+    """The module outputs among `stashes`, with the op and tap records made inside them
+    (`track(..., ops=...)`, `tap`) as outputs of their own, named as children of their
+    module (`"blocks.0.add#0"`, as `history` and `scale_plot` name them): layers to embed
+    like any module's output (the residual stream after each add, say)."""
+    return [
+        dataclasses.replace(s, name=tensor_label(s.name, s.attr), kind="output", attr="")
+        if s.kind in CHILD_KINDS
+        else s
+        for s in select(stashes, kind=("output", *CHILD_KINDS))
+    ]
 
 
 def default_layers(stashes: Sequence[Stash]) -> list[str]:

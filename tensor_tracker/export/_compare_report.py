@@ -20,6 +20,13 @@ def _floats(values: Any) -> list[float | None]:
     return [None if not math.isfinite(v) else float(v) for v in values]
 
 
+def _recorded_names(payload: dict[str, Any]) -> list[str]:
+    """Per row of the page's module list, the module its records were recorded in: an op
+    or tap row's (`"of"`) is its module's."""
+    modules = payload["modules"]
+    return [modules[m["of"]]["name"] if "of" in m else m["name"] for m in modules]
+
+
 def _run_b(cmp: Comparison, payload: dict[str, Any], b: dict[str, Any]) -> list[Any]:
     """Per series of run a's `payload`: run b's statistics at run a's steps (float32
     base64, as run a's; NaN where b has no value), or `None` when run b did not record
@@ -28,13 +35,14 @@ def _run_b(cmp: Comparison, payload: dict[str, Any], b: dict[str, Any]) -> list[
     np = require("numpy", "pandas")
     frame = cmp.to_frame()
     to_b = dict(zip(frame["name"], frame["name_b"], strict=True))
-    names_b = [m["name"] for m in b["modules"]]
+    names = _recorded_names(payload)
+    names_b = _recorded_names(b)
     at = {s: i for i, s in enumerate(b["steps"])}
     where = [at.get(s, -1) for s in payload["steps"]]
     index = {(names_b[e["module"]], e["kind"], e["attr"], e["grad"]): e for e in b["series"]}
     out: list[Any] = []
     for entry in payload["series"]:
-        name = payload["modules"][entry["module"]]["name"]
+        name = names[entry["module"]]
         other = index.get((to_b.get(name, name), entry["kind"], entry["attr"], entry["grad"]))
         if other is None:
             out.append(None)
@@ -66,7 +74,7 @@ def comparison_payload(
     frame["_code"] = [_CODES[s] for s in cmp.status()]
     steps = payload["steps"]
     step_index = {s: i for i, s in enumerate(steps)}
-    names = [m["name"] for m in payload["modules"]]
+    names = _recorded_names(payload)
     grouped = {
         (str(name), str(kind), str(attr), bool(grad)): rows
         for (name, kind, attr, grad), rows in frame.groupby(

@@ -15,6 +15,8 @@ from .._data.compare import Comparison
 from .._data.copy_histograms import copies_histogram
 from .._data.depth import depth_layout
 from .._data.diagnose import diagnose
+from .._data.select import CHILD_KINDS, ROOT_LABEL
+from .._data.series import tensor_label
 from .._files import write_file
 from .._optional import require
 from .._probe.graph import ModuleGraph
@@ -50,27 +52,43 @@ def _floats(values: Any) -> str:
     return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
 
 
-def _depth(name: str, recorded: set[str]) -> int:
-    """How many recorded modules contain `name` (the indentation of the module list)."""
-    parts = name.split(".") if name else []
-    return sum(".".join(parts[:k]) in recorded for k in range(len(parts)))
+def _parts(name: str) -> tuple[str, ...]:
+    return tuple(name.split(".")) if name else ()
 
 
-def _tree_order(names: list[str]) -> list[str]:
-    """Module names depth first, parents before their children, siblings in the order
-    they first ran (that of `names`), the model itself first."""
-    earliest: dict[str, int] = {}  # per module path: the first position in its subtree
-    for i, name in enumerate(names):
-        parts = name.split(".") if name else []
-        for k in range(len(parts) + 1):
-            path = ".".join(parts[:k])
-            earliest[path] = min(earliest.get(path, i), i)
+def _depth(path: tuple[str, ...], recorded: set[tuple[str, ...]]) -> int:
+    """How many recorded modules contain `path` (the indentation of the module list)."""
+    return sum(path[:k] in recorded for k in range(len(path)))
 
-    def key(name: str) -> list[int]:
-        parts = name.split(".") if name else []
-        return [earliest[".".join(parts[: k + 1])] for k in range(len(parts))]
 
-    return sorted(names, key=key)
+def _tree_order(paths: list[tuple[str, ...]]) -> list[int]:
+    """The indices of module paths (names split at their dots; an op or tap record's is its module's and
+    its `attr`) depth first, parents before their children, siblings in the order they first
+    ran (that of `paths`), the model itself first."""
+    earliest: dict[tuple[str, ...], int] = {}  # per path: the first position in its subtree
+    for i, path in enumerate(paths):
+        for k in range(len(path) + 1):
+            earliest[path[:k]] = min(earliest.get(path[:k], i), i)
+    return sorted(
+        range(len(paths)), key=lambda i: [earliest[paths[i][: k + 1]] for k in range(len(paths[i]))]
+    )
+
+
+def _rows(frame: Any) -> list[tuple[str, str, str]]:
+    """The page's module list: per row (module name, kind, attr), kind and attr empty for a
+    module, an op or tap record's (`track(..., ops=...)`, `tap`) for a child row of its
+    module (which gets a row too, even when it recorded nothing itself); in tree order, each
+    op or tap where it ran among its module's children."""
+    rows: dict[tuple[str, str, str], tuple[str, ...]] = {}
+    distinct = frame[["name", "kind", "attr"]].drop_duplicates()  # in the order they ran
+    for name, kind, attr in zip(distinct["name"], distinct["kind"], distinct["attr"], strict=True):
+        if kind in CHILD_KINDS:
+            rows.setdefault((str(name), "", ""), _parts(str(name)))
+            rows.setdefault((str(name), str(kind), str(attr)), (*_parts(str(name)), str(attr)))
+        else:
+            rows.setdefault((str(name), "", ""), _parts(str(name)))
+    keys = list(rows)
+    return [keys[i] for i in _tree_order(list(rows.values()))]
 
 
 def _axis(stat: str, values: Any) -> str:
@@ -117,16 +135,24 @@ def _nothing_recorded(title: str) -> dict[str, Any]:
 
 
 def _owner(subject: str, modules: list[str]) -> int:
-    """The page's module a finding's subject belongs to (`"0"`, `"0.bias"`, `"0 input x"`,
-    `"<root> named s"`): the longest recorded module name that starts it; -1 for none."""
-    name = subject.split(" ", 1)[0]
-    name = "" if name == "<root>" else name
+    """The page's row a finding's subject belongs to (`"0"`, `"0.bias"`, `"0 input x"`,
+    `"<root> named s"`, an op's `"softmax#0 of 0.attn"`): the op or tap's own row, else the
+    longest recorded module name that starts it; -1 for none."""
+    attr, of, module = subject.rpartition(" of ")
+    if of and tensor_label(_module_name(module), attr) in modules:
+        return modules.index(tensor_label(_module_name(module), attr))
+    name = _module_name(module if of else subject.split(" ", 1)[0])
     while True:
         if name in modules:
             return modules.index(name)
         if not name:
             return -1
         name = name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def _module_name(shown: str) -> str:
+    """A module's name as findings show it (the root as `"<root>"` or `"<model>"`)."""
+    return "" if shown in ("<root>", ROOT_LABEL) else shown
 
 
 def _depth_payload(modules: list[str]) -> dict[str, Any]:
@@ -185,8 +211,11 @@ def _payload(recording: Any, title: str, view: str, verdict: bool = True) -> dic
     stats += [s for s in recorded_stats if s not in stats]
     steps = sorted(int(s) for s in frame["step"].unique())
     step_index = {s: i for i, s in enumerate(steps)}
-    modules = _tree_order(list(dict.fromkeys(frame["name"])))
-    recorded = set(modules)
+    listed = _rows(frame)
+    # A row's name: its module's, or an op or tap's as its module's child ("0.attn.softmax#0").
+    modules = [tensor_label(name, attr) if kind else name for name, kind, attr in listed]
+    row_of = {row: i for i, row in enumerate(listed)}
+    recorded = {_parts(name) for name, kind, _ in listed if not kind}
     types = dict(zip(frame["name"], frame["type"], strict=False))
     hist_name, hist = next(iter(histograms.items()), (None, None))
     hist_steps = (
@@ -200,7 +229,7 @@ def _payload(recording: Any, title: str, view: str, verdict: bool = True) -> dic
         # One value per step: the mean over the module's calls in that step.
         by_step = rows.groupby("step")
         entry: dict[str, Any] = {
-            "module": modules.index(name),
+            "module": row_of[(name, kind, attr) if kind in CHILD_KINDS else (name, "", "")],
             "kind": str(kind),
             "attr": str(attr),
             "grad": bool(grad),
@@ -265,9 +294,22 @@ def _payload(recording: Any, title: str, view: str, verdict: bool = True) -> dic
         "title": title,
         "steps": steps,
         # Names are shortened on the page, to the room each place has.
+        # An op or tap row says whose child it is ("of": its module's row) and its attr.
         "modules": [
-            {"name": m, "type": str(types[m]).rsplit(".", 1)[-1], "depth": _depth(m, recorded)}
-            for m in modules
+            {
+                "name": label,
+                "type": str(types[name]).rsplit(".", 1)[-1],
+                "depth": _depth(_parts(name), recorded),
+            }
+            if not kind
+            else {
+                "name": label,
+                "type": kind,
+                "depth": _depth(_parts(name), recorded) + 1,
+                "of": row_of[(name, "", "")],
+                "attr": attr,
+            }
+            for label, (name, kind, attr) in zip(modules, listed, strict=True)
         ],
         "stats": stats,
         "axes": {stat: _axis(stat, frame[stat].to_numpy(dtype=float)) for stat in stats},
@@ -373,6 +415,12 @@ def report(
     by dragging (double-click resets). The numbers are all there (float32). Pinned charts
     can share one y range; a histogram strip has its colour key and counts the values
     outside its range.
+
+    Op and tap records (`track(..., ops=...)`, `tap`) are rows of their own under their
+    module in the list (`"blocks.0.attn.softmax#0"`, type `op` or `tap`), placed where they
+    ran among its children, with their own charts, histogram strips and pin ("softmax#0
+    value", "softmax#0 gradient" dashed); the module's panel links to them, and the scale
+    and comparison charts draw them beside the module outputs.
 
     Everything works from the keyboard: the module list and the graph are one tab stop
     each (arrow keys move, Enter opens, P pins; in the graph + opens a module, Backspace

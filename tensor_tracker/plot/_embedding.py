@@ -11,7 +11,6 @@ from torch import Tensor
 from .._data.select import (
     as_stashes,
     display_name,
-    select,
 )
 from .._optional import require
 from .._validate import check_choice, check_count, check_int
@@ -28,6 +27,7 @@ from .._data.embedding import (
     layer_names,
     layer_rows,
     token_index,
+    with_children,
 )
 from .._data.series import empty_error, last_step
 from ._figure import new_figure, root_figure, themed
@@ -112,7 +112,8 @@ def umap_plot(
         layers: module names in the order to connect them (`"<model>"` is the root), or a
             regex/substring selecting modules in execution order; default: see
             `default_layers` (the numbered layers, e.g. `blocks.0`, `blocks.1`, ...).
-            Their outputs must share the feature size (last dimension) and token count.
+            An op or tap record (`track(..., ops=...)`, `tap`) is a layer named as a child
+            of its module: `"blocks.0.add#0"` (the residual stream after the add). Their outputs must share the feature size (last dimension) and token count.
         grad: `False` for activations, `True` for gradients, `"both"` for two panels.
         method: `"umap"` (umap-learn, seeded with `seed`; a few seconds, the first call
             also compiles numba code) or `"pca"` (first two principal components, instant).
@@ -154,7 +155,7 @@ def umap_plot(
     check_count(max_tokens, "umap_plot(max_tokens=...)", "rows to take")
     if step is not None:
         check_int(step, "umap_plot(step=...)", "a recorded step (int) or None")
-    outputs = select(stashes, kind="output")
+    outputs = with_children(stashes)
     if not outputs:
         raise ArgumentValueError(
             "umap_plot: no module outputs recorded (track with capture='outputs')"

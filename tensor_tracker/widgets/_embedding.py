@@ -42,8 +42,9 @@ def umap_viewer(tracker: Any, token_labels: Sequence[Any] | None = None) -> ipyw
 
     - `"shape"` (Dropdown, shown when outputs come in several shapes): tokens x features
       of the layers offered; only layers of one shape can be drawn together.
-    - `"layers"` (SelectMultiple): the modules of that shape (with a feature dimension);
-      default `plot.default_layers` (e.g. every `blocks.N`). Pick 2 or more. The list is
+    - `"layers"` (SelectMultiple): the modules of that shape (with a feature dimension),
+      and the op and tap records inside them (`track(..., ops=...)`, `tap`) as children
+      of their module (`"blocks.0.add#0"`); default `plot.default_layers` (e.g. every `blocks.N`). Pick 2 or more. The list is
       as tall as it is long (up to 16 rows), and `viewer.selection` (an HTML line under it)
       names what is selected, so the selection is seen without scrolling.
     - `"tokens"` (IntRangeSlider): the rows (tokens after flattening) to draw, inclusive;

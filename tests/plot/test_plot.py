@@ -582,6 +582,24 @@ def test_umap_plot_points_are_the_principal_components(full: Tracker) -> None:
     assert got.pow(2).sum(0).tolist() == pytest.approx(s[:2].pow(2).tolist(), rel=1e-6)
 
 
+def test_umap_plot_draws_op_records_as_layers() -> None:
+    """The residual stream after each add (`ops="add"`): layers named as children of their
+    module, embedded from the values the op records hold."""
+    from tests.core.test_ops import _gpt, _input
+
+    model = _gpt()
+    with track(model, ops="add") as t:
+        model(_input()).sum().backward()
+    adds = ["0.add#0", "0.add#1", "1.add#0", "1.add#1"]
+    fig = plot.umap_plot(t, layers=r"add#", method="pca", grad=True)
+    assert [t.get_text() for t in fig.axes[1].get_yticklabels()] == adds
+    kept = {f"{s.name}.{s.attr}": s.first_value for s in t if s.kind == "op" and s.grad}
+    x = torch.cat([kept[n].reshape(-1, 8) for n in adds]).double()
+    _, s, _ = torch.linalg.svd(x - x.mean(0), full_matrices=False)
+    got = torch.as_tensor(points(fig.axes[0]).get_offsets(), dtype=torch.float64)
+    assert got.pow(2).sum(0).tolist() == pytest.approx(s[:2].pow(2).tolist(), rel=1e-6)
+
+
 def test_umap_plot_takes_at_most_max_tokens_by_default() -> None:
     model = tiny_model()
     tracker = track(model, include=r"blocks\.\d+$")

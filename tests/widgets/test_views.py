@@ -277,6 +277,33 @@ def test_umap_opens_on_the_numbered_layers_and_their_tokens(full: Tracker) -> No
         umap_drawing(source, UmapState(layers=("blocks.0",)))
 
 
+def test_umap_draws_paths_through_op_and_tap_records() -> None:
+    """The residual stream after each add (`ops="add"`) and a tapped value are layers to
+    draw like module outputs, named as children of their module."""
+    from tensor_tracker._data.embedding import layer_rows, with_children
+    from tests.core.test_ops import _gpt, _input
+
+    model = _gpt()
+    with track(model, ops="add") as t:
+        model(_input()).sum().backward()
+    source = umap_source(t)
+    assert not isinstance(source, Note)
+    adds = ("0.add#0", "0.add#1", "1.add#0", "1.add#1")
+    block = ["ln", "attn.proj", "attn", "add#0", "add#1", ""]
+    assert source.shapes[(10, 8)] == [f"{b}.{n}".rstrip(".") for b in "01" for n in block]
+    drawing = umap_drawing(source, UmapState(layers=adds, tokens=(0, 9), step=0))
+    assert drawing.options["layers"] == list(adds)
+    for grad in (False, True):
+        rows = layer_rows(with_children(list(t)), list(adds), grad, 0, 0)
+        kept = {
+            f"{s.name}.{s.attr}": s.first_value.reshape(-1, 8)
+            for s in t
+            if s.kind == "op" and s.grad == grad
+        }
+        for name, row in zip(adds, rows, strict=True):
+            assert torch.equal(row, kept[name].double())
+
+
 def test_umap_names_the_selection_in_one_line() -> None:
     assert selection_text(["a", "b"]) == "<small>2 selected: a, b</small>"
     many = selection_text([f"l{i}" for i in range(8)])
