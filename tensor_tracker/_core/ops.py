@@ -172,32 +172,20 @@ RecordOp = Callable[[Any, str, Any, tuple[Any, ...], dict[str, Any]], None]
 """Records one op call: `(registration, op name, output, args, kwargs)`."""
 
 
-class _OpsMode(TorchFunctionMode):
-    """Hands each call of a function in `functions` to `record`, with its owner."""
+class _CallsMode(TorchFunctionMode):
+    """Runs each torch call and hands each call of a function in `functions` to
+    `self._record_call(op name, output, args, kwargs)`: the dispatch of both modes."""
 
     def __init__(
         self,
         functions: Mapping[Callable[..., Any], str],
-        owners: Mapping[int, Any],
-        record: RecordOp,
+        record_call: Callable[[str, Any, tuple[Any, ...], dict[str, Any] | None], None],
     ) -> None:
         super().__init__()
         # A dict, not the read-only mapping: Dynamo looks a function up in a dict while
         # it traces, so an op not asked for adds nothing to a compiled graph.
         self._functions = dict(functions)
-        self._owners = owners
-        self._record = record
-        self._record_call = self._recorded_call
-        self._dynamo = False
-
-    def trace_safe(self) -> bool:
-        """Dynamo cannot trace the frame walk: where it may run (it is imported), a
-        recorded call runs eagerly, behind a graph break (an op not asked for traces as it
-        is). Returns whether Dynamo may run."""
-        if not self._dynamo and "torch._dynamo" in sys.modules:
-            self._record_call = untraced(self._recorded_call)
-            self._dynamo = True
-        return self._dynamo
+        self._record_call = record_call
 
     def __torch_function__(
         self,
@@ -212,6 +200,30 @@ class _OpsMode(TorchFunctionMode):
             self._record_call(name, output, args, kwargs)
         return output
 
+
+class _OpsMode(_CallsMode):
+    """Hands each call of a function in `functions` to `record`, with its owner."""
+
+    def __init__(
+        self,
+        functions: Mapping[Callable[..., Any], str],
+        owners: Mapping[int, Any],
+        record: RecordOp,
+    ) -> None:
+        super().__init__(functions, self._recorded_call)
+        self._owners = owners
+        self._record = record
+        self._dynamo = False
+
+    def trace_safe(self) -> bool:
+        """Dynamo cannot trace the frame walk: where it may run (it is imported), a
+        recorded call runs eagerly, behind a graph break (an op not asked for traces as it
+        is). Returns whether Dynamo may run."""
+        if not self._dynamo and "torch._dynamo" in sys.modules:
+            self._record_call = untraced(self._recorded_call)
+            self._dynamo = True
+        return self._dynamo
+
     def _recorded_call(
         self, name: str, output: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
     ) -> None:
@@ -221,7 +233,7 @@ class _OpsMode(TorchFunctionMode):
             self._record(reg, name, output, args, kwargs or {})
 
 
-class GraphOpsMode(TorchFunctionMode):
+class GraphOpsMode(_CallsMode):
     """The mode of `ops=` on a compiled model whose records are made in its graphs:
     pushed and popped by hooks Dynamo traces (`CompiledHooks.owner_hooks`), so Dynamo
     traces it too, and hands each call of a function in `functions` to `record(name,
@@ -239,22 +251,7 @@ class GraphOpsMode(TorchFunctionMode):
     def __init__(
         self, functions: Mapping[Callable[..., Any], str], record: Callable[[str, Any], None]
     ) -> None:
-        super().__init__()
-        self._functions = dict(functions)  # a dict: Dynamo looks functions up in it
-        self._record = record
-
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        output = func(*args, **kwargs) if kwargs else func(*args)
-        name = self._functions.get(func)
-        if name is not None:
-            self._record(name, output)
-        return output
+        super().__init__(functions, lambda name, output, args, kwargs: record(name, output))
 
 
 class OpsHooks:
