@@ -7,11 +7,12 @@ which torch hands on as `Tensor.add`). In-place variants count as the operation
 (`x += y` is an `"add"`): what is recorded is the value the call returns, as it is then.
 
 `OpsHooks` pushes a `TorchFunctionMode` at the start of the outermost tracked module's
-call and pops it at its end (exception or not). The mode's per-call work for an operation
-not asked for is one dict lookup. For one asked for, the owner is the innermost module
-call on the Python stack (`Module._call_impl`'s `self`): the op is recorded when that module is
-registered, so an untracked child's ops and those the hooks run (statistics computed
-after a child returns, or by `tap`) are not. The record goes through the same path as
+call and pops it at its end (exception or not). The tracker's own hooks, taps and stashes
+run with it off the stack (`OpsHooks.quiet`), so it sees the model's calls only; its
+per-call work for an operation not asked for is one dict lookup. For one asked for, the
+owner is the innermost module call on the Python stack (`Module._call_impl`'s `self`): the
+op is recorded when that module is registered, so an untracked child's ops are not, nor
+those the hooks run under a mode the model pushed above this one. The record goes through the same path as
 `tensor_tracker.stash` (`EagerHooks.stash_named`), with the op's arguments as the
 record's `args`/`kwargs`.
 
