@@ -247,6 +247,46 @@ def test_the_interception_sees_the_model_s_calls_and_none_of_the_tracker_s(
     assert tracked.calls == untracked.calls
 
 
+def test_under_a_mode_the_model_pushes_the_hooks_ops_are_still_not_recorded() -> None:
+    # The model's own mode sits above the ops mode: the hooks run under both, and the
+    # frame walk keeps their ops out; the stack is as it was after the call.
+    class Modal(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+
+        def forward(self, x: Tensor) -> Tensor:
+            with _Seen() as seen:
+                y = self.inner(x)
+            return y + len(seen.calls)
+
+    model = nn.Sequential(Modal())
+    keep = lambda t: torch.mul(t.detach(), 1).tanh()  # noqa: E731
+    with track(model, ops=["linear", "tanh", "add", "mul"], stash_value=keep) as t:
+        model(torch.randn(2, 3)).sum().backward()
+    assert torch._C._len_torch_function_stack() == 0
+    ops = sorted({(s.name, s.attr) for s in t if s.kind == "op"})
+    assert ops == [("0", "add#0"), ("0.inner.0", "linear#0"), ("0.inner.1", "tanh#0")]
+
+
+def test_a_hook_that_raises_inside_forward_leaves_the_mode_stack_as_it_was() -> None:
+    model = _gpt()
+
+    def failing(value: Tensor) -> Tensor:
+        raise RuntimeError("stash_value error")
+
+    with _Seen() as outer:  # a mode of the user's, below the tracker's
+        with (
+            pytest.raises(RuntimeError, match="stash_value error"),
+            track(model, ops="softmax", stash_value=failing, grad=False),
+        ):
+            model(_input())
+        assert torch._C._len_torch_function_stack() == 1
+        assert torch._C._get_function_stack_at(0) is outer
+    assert hook_count(model) == 0
+    assert torch.ones(2).add(1).sum().item() == 4
+
+
 def test_op_records_take_stats_histograms_streaming_and_load(tmp_path: Any) -> None:
     model = _gpt()
     stats = ["rms", tensor_tracker.stats.per_channel("abs_max", dim=-1)]
