@@ -7,11 +7,12 @@ which torch hands on as `Tensor.add`). In-place variants count as the operation
 (`x += y` is an `"add"`): what is recorded is the value the call returns, as it is then.
 
 `OpsHooks` pushes a `TorchFunctionMode` at the start of the outermost tracked module's
-call and pops it at its end (exception or not). The mode's per-call work for an operation
-not asked for is one dict lookup. For one asked for, the owner is the innermost module
-call on the Python stack (`Module._call_impl`'s `self`): the op is recorded when that module is
-registered, so an untracked child's ops and those the hooks run (statistics computed
-after a child returns, or by `tap`) are not. The record goes through the same path as
+call and pops it at its end (exception or not). The tracker's own hooks, taps and stashes
+run with it off the stack (`OpsHooks.quiet`), so it sees the model's calls only; its
+per-call work for an operation not asked for is one dict lookup. For one asked for, the
+owner is the innermost module call on the Python stack (`Module._call_impl`'s `self`): the
+op is recorded when that module is registered, so an untracked child's ops are not, nor
+those the hooks run under a mode the model pushed above this one. The record goes through the same path as
 `tensor_tracker.stash` (`EagerHooks.stash_named`), with the op's arguments as the
 record's `args`/`kwargs`.
 
@@ -164,36 +165,28 @@ def _caller_module(frame: Any) -> nn.Module | None:
     return None
 
 
+_stack_length = torch._C._len_torch_function_stack
+_pop_mode = torch._C._pop_torch_function_stack
+_push_mode = torch._C._push_on_torch_function_stack
+
 RecordOp = Callable[[Any, str, Any, tuple[Any, ...], dict[str, Any]], None]
 """Records one op call: `(registration, op name, output, args, kwargs)`."""
 
 
-class _OpsMode(TorchFunctionMode):
-    """Hands each call of a function in `functions` to `record`, with its owner."""
+class _CallsMode(TorchFunctionMode):
+    """Runs each torch call and hands each call of a function in `functions` to
+    `self._record_call(op name, output, args, kwargs)`: the dispatch of both modes."""
 
     def __init__(
         self,
         functions: Mapping[Callable[..., Any], str],
-        owners: Mapping[int, Any],
-        record: RecordOp,
+        record_call: Callable[[str, Any, tuple[Any, ...], dict[str, Any] | None], None],
     ) -> None:
         super().__init__()
         # A dict, not the read-only mapping: Dynamo looks a function up in a dict while
         # it traces, so an op not asked for adds nothing to a compiled graph.
         self._functions = dict(functions)
-        self._owners = owners
-        self._record = record
-        self._record_call = self._recorded_call
-        self._dynamo = False
-
-    def trace_safe(self) -> bool:
-        """Dynamo cannot trace the frame walk: where it may run (it is imported), a
-        recorded call runs eagerly, behind a graph break (an op not asked for traces as it
-        is). Returns whether Dynamo may run."""
-        if not self._dynamo and "torch._dynamo" in sys.modules:
-            self._record_call = untraced(self._recorded_call)
-            self._dynamo = True
-        return self._dynamo
+        self._record_call = record_call
 
     def __torch_function__(
         self,
@@ -208,6 +201,30 @@ class _OpsMode(TorchFunctionMode):
             self._record_call(name, output, args, kwargs)
         return output
 
+
+class _OpsMode(_CallsMode):
+    """Hands each call of a function in `functions` to `record`, with its owner."""
+
+    def __init__(
+        self,
+        functions: Mapping[Callable[..., Any], str],
+        owners: Mapping[int, Any],
+        record: RecordOp,
+    ) -> None:
+        super().__init__(functions, self._recorded_call)
+        self._owners = owners
+        self._record = record
+        self._dynamo = False
+
+    def trace_safe(self) -> bool:
+        """Dynamo cannot trace the frame walk: where it may run (it is imported), a
+        recorded call runs eagerly, behind a graph break (an op not asked for traces as it
+        is). Returns whether Dynamo may run."""
+        if not self._dynamo and "torch._dynamo" in sys.modules:
+            self._record_call = untraced(self._recorded_call)
+            self._dynamo = True
+        return self._dynamo
+
     def _recorded_call(
         self, name: str, output: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
     ) -> None:
@@ -217,7 +234,7 @@ class _OpsMode(TorchFunctionMode):
             self._record(reg, name, output, args, kwargs or {})
 
 
-class GraphOpsMode(TorchFunctionMode):
+class GraphOpsMode(_CallsMode):
     """The mode of `ops=` on a compiled model whose records are made in its graphs:
     pushed and popped by hooks Dynamo traces (`CompiledHooks.owner_hooks`), so Dynamo
     traces it too, and hands each call of a function in `functions` to `record(name,
@@ -235,22 +252,7 @@ class GraphOpsMode(TorchFunctionMode):
     def __init__(
         self, functions: Mapping[Callable[..., Any], str], record: Callable[[str, Any], None]
     ) -> None:
-        super().__init__()
-        self._functions = dict(functions)  # a dict: Dynamo looks functions up in it
-        self._record = record
-
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        output = func(*args, **kwargs) if kwargs else func(*args)
-        name = self._functions.get(func)
-        if name is not None:
-            self._record(name, output)
-        return output
+        super().__init__(functions, lambda name, output, args, kwargs: record(name, output))
 
 
 class OpsHooks:
@@ -305,6 +307,34 @@ class OpsHooks:
             self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
             if self._closing:
                 self.detach()
+
+    def quiet(self, hook: Callable[..., None]) -> Callable[..., None]:
+        """`hook` (one of the tracker's own: a module's hook, `tap`'s or `stash`'s record)
+        run with the mode off the stack while it is on top: the statistics, copies and
+        gradient hooks the tracker makes inside a tracked call never reach the
+        interception, so an operation not asked for costs the model's own calls only.
+        (Under a mode the model pushed above it, the mode stays: `_caller_module` tells the
+        tracker's calls apart.) An op's record needs none: torch takes the mode off the
+        stack while it handles the call."""
+        mode = self._mode
+
+        def run(*args: Any) -> None:
+            # Popped and pushed back (0.3 us), not `DisableTorchFunction`, which would
+            # also turn off the `__torch_function__` of tensor subclasses and other modes.
+            if not self._depth or _stack_length() == 0:
+                hook(*args)
+                return
+            top = _pop_mode()
+            if top is not mode:
+                _push_mode(top)
+                hook(*args)
+                return
+            try:
+                hook(*args)
+            finally:
+                _push_mode(mode)
+
+        return run
 
     def detach(self) -> None:
         """Remove the hooks; while a call runs (a hook raised inside `forward`), the ones

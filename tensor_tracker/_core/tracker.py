@@ -233,6 +233,7 @@ class Recorder:
             _weak_call(self._eager_inner),
         )
         self._tap: Callable[[str, Any], None] | None = None  # this tracker's, in `_TAPS`
+        self._stash: Callable[..., None] | None = None  # this tracker's, in `_ACTIVE`
         self._graph_ops: GraphOpsMode | None = None  # see `_attach`
         self._inner_graph = False  # ops and taps recorded in compiled graphs
         self._ops = None if options.ops is None else OpsHooks(options.ops, self._record_op)
@@ -534,11 +535,14 @@ class Recorder:
                 handles.append(self._optimizer.register_step_post_hook(hook))
                 if self._updates is not None:
                     handles += self._updates.attach(self._optimizer, self._regs)
-            _ACTIVE.append(self._stash_named)
             setting = self._setting()
-            eager_tap = untraced(self._eager_tap) if setting.dynamo else self._eager_tap
-            self._tap, self._graph_ops = eager_tap, None
             self._inner_graph = inner_in_graph(setting)
+            quiet = self._quiet()
+            self._stash = quiet(self._stash_named)
+            _ACTIVE.append(self._stash)
+            eager_tap = quiet(self._eager_tap)
+            eager_tap = untraced(eager_tap) if setting.dynamo else eager_tap
+            self._tap, self._graph_ops = eager_tap, None
             if self._inner_graph:
                 self._tap = self._graph.inner("tap", eager_tap)
                 if self.options.ops is not None:
@@ -547,6 +551,7 @@ class Recorder:
                     )
             _TAPS.append(self._tap)
             self._attached = True
+        quiet = self._quiet()
         module = reg.module
         facts = ModuleFacts(
             grad=reg.grad,
@@ -559,7 +564,7 @@ class Recorder:
             if plan.forward == "graph":
                 hook = self._graph.forward_hook(reg)
             else:
-                hook = gate(self._eager.forward_hook(reg))
+                hook = gate(quiet(self._eager.forward_hook(reg)))
                 if plan.forward == "untraced":
                     hook = untraced(hook)
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
@@ -567,7 +572,7 @@ class Recorder:
             handles.append(module.register_forward_pre_hook(self._graph.param_hook(reg)))
         elif plan.pre is not None:
             pre_hook = gate(
-                self._eager.pre_hook(reg, self._inputs, self._params, not self._outputs)
+                quiet(self._eager.pre_hook(reg, self._inputs, self._params, not self._outputs))
             )
             if plan.pre == "untraced":
                 pre_hook = untraced(pre_hook)
@@ -587,6 +592,11 @@ class Recorder:
             hook = gate(self._eager.param_grad_hook(reg, attr))
             handles.append(params[attr].register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]
 
+    def _quiet(self) -> Callable[[Callable[..., None]], Callable[..., None]]:
+        """What wraps the tracker's own work run inside a tracked call (see `OpsHooks.quiet`):
+        with eager `ops=`, that takes the mode off; else nothing."""
+        return self._ops.quiet if self._ops is not None and not self._inner_graph else _as_is
+
     def _detach(self) -> None:
         self._regs.detach()
         self._eager.detach()
@@ -594,9 +604,9 @@ class Recorder:
         if self._ops is not None:
             self._ops.detach()
         self._attached = False
-        _ACTIVE[:] = [record for record in _ACTIVE if record != self._stash_named]
+        _ACTIVE[:] = [record for record in _ACTIVE if record is not self._stash]
         _TAPS[:] = [record for record in _TAPS if record is not self._tap]
-        self._tap = self._graph_ops = None
+        self._tap = self._stash = self._graph_ops = None
 
     def _stash_named(self, name: str, value: Any, frame: Any, kind: Kind) -> None:
         """Record `value` for `stash`, under the innermost registered module whose

@@ -5,6 +5,7 @@ checked against the same tensors kept by hand and `torch.autograd.grad`."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 import tensor_tracker
 from tensor_tracker import tap, track
@@ -203,6 +205,86 @@ def test_ops_the_hooks_compute_are_not_recorded() -> None:
         model(torch.randn(2, 3)).sum().backward()
     ops = sorted({(s.name, s.attr) for s in t if s.kind == "op"})
     assert ops == [("0", "tanh#0"), ("0.fc", "linear#0")]
+
+
+class _Seen(TorchFunctionMode):
+    """Counts the torch calls it sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[Any] = Counter()
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        self.calls[func] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("options", [{"stats": True}, {"capture": ["inputs", "outputs"]}])
+def test_the_interception_sees_the_model_s_calls_and_none_of_the_tracker_s(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    # What an op not asked for costs: the mode is on while the tracked call runs, and the
+    # hooks of its children and taps compute statistics and copies inside it.
+    model, x = _gpt(), _input()
+    for module in model.modules():
+        if isinstance(module, (Block, Attention)):
+            module.keep = tap
+    with _Seen() as untracked:
+        model(x)
+    tracked = _Seen()
+    original = tensor_tracker._core.ops._OpsMode.__torch_function__
+
+    def counted(mode: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        tracked.calls[func] += 1
+        return original(mode, func, types, args, kwargs)
+
+    monkeypatch.setattr(tensor_tracker._core.ops._OpsMode, "__torch_function__", counted)
+    with track(model, ops="scaled_dot_product_attention", **options) as t:
+        model(x).sum().backward()
+    assert {"output", "tap"} <= {s.kind for s in t}
+    assert tracked.calls == untracked.calls
+
+
+def test_under_a_mode_the_model_pushes_the_hooks_ops_are_still_not_recorded() -> None:
+    # The model's own mode sits above the ops mode: the hooks run under both, and the
+    # frame walk keeps their ops out; the stack is as it was after the call.
+    class Modal(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+
+        def forward(self, x: Tensor) -> Tensor:
+            with _Seen() as seen:
+                y = self.inner(x)
+            return y + len(seen.calls)
+
+    model = nn.Sequential(Modal())
+    keep = lambda t: torch.mul(t.detach(), 1).tanh()  # noqa: E731
+    with track(model, ops=["linear", "tanh", "add", "mul"], stash_value=keep) as t:
+        model(torch.randn(2, 3)).sum().backward()
+    assert torch._C._len_torch_function_stack() == 0
+    ops = sorted({(s.name, s.attr) for s in t if s.kind == "op"})
+    assert ops == [("0", "add#0"), ("0.inner.0", "linear#0"), ("0.inner.1", "tanh#0")]
+
+
+def test_a_hook_that_raises_inside_forward_leaves_the_mode_stack_as_it_was() -> None:
+    model = _gpt()
+
+    def failing(value: Tensor) -> Tensor:
+        raise RuntimeError("stash_value error")
+
+    with _Seen() as outer:  # a mode of the user's, below the tracker's
+        with (
+            pytest.raises(RuntimeError, match="stash_value error"),
+            track(model, ops="softmax", stash_value=failing, grad=False),
+        ):
+            model(_input())
+        assert torch._C._len_torch_function_stack() == 1
+        assert torch._C._get_function_stack_at(0) is outer
+    assert hook_count(model) == 0
+    assert torch.ones(2).add(1).sum().item() == 4
 
 
 def test_op_records_take_stats_histograms_streaming_and_load(tmp_path: Any) -> None:
