@@ -277,7 +277,7 @@ def _native_moments4_minmax(x: Tensor) -> list[float] | None:
         sums = _native.shifted_sums(x, sums[6] + delta)
         assert sums is not None  # the same tensor, through the same kernel
         delta = sums[0] / n
-    s1, s2, s3, s4, lo, hi, c = sums
+    _, s2, s3, s4, lo, hi, c = sums
     # The central moments from those about c = mean - delta.
     m2 = max(s2 / n - delta * delta, 0.0)
     m3 = s3 / n - delta * (3 * s2 / n - 2 * delta * delta)
