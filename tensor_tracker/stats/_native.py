@@ -2,7 +2,7 @@
 
 `stats.health` (rms, abs_max, kurtosis) needs a tensor's minimum, maximum and moments up to
 the fourth. Eagerly that is about ten passes over each tensor (a float64 copy, the mean,
-the deviations, their powers and three sums; `kernels.cpu_moments4`), which cost a quarter
+the deviations, their powers and three sums; `kernels._eager_moments4`), which cost a quarter
 of a training step; one vectorised C loop reads each element once, and is called through
 `ctypes` for about a microsecond (a `torch.compile`d kernel costs ~30 us a call in its
 guards and wrappers, more than the pass itself for most tensors).
