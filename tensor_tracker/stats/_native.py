@@ -142,7 +142,7 @@ def shifted_sums(x: Tensor, shift: float = float("nan")) -> list[float] | None:
     """`[sum(d), sum(d**2), sum(d**3), sum(d**4), min(x), max(x), c]` with `d = x - c` in
     float64, in one pass over a contiguous, non-empty float32 or float64 CPU tensor `x`;
     `c` is `shift`, or `x`'s first element when `shift` is NaN. None when the kernels
-    could not be compiled (warned once) or `x` is not such a tensor.
+    could not be compiled (warned once) or `x` is not such a tensor (or a subclass).
 
     The minimum and maximum are only meaningful when the sums are finite (NaN does not
     propagate into them).
@@ -156,7 +156,9 @@ def shifted_sums(x: Tensor, shift: float = float("nan")) -> list[float] | None:
         return None
     kernel = kernels.get(x.dtype)
     n = x.numel()
-    if kernel is None or n == 0 or not x.is_contiguous() or not x.is_cpu:
+    # A subclass may hold no storage of its own (wrapper subclasses: no data pointer), or
+    # values that its own operators compute.
+    if kernel is None or n == 0 or type(x) is not Tensor or not x.is_contiguous() or not x.is_cpu:
         return None
     out = (ctypes.c_double * 7)()
     kernel(x.data_ptr(), n, shift, out)

@@ -120,3 +120,13 @@ def test_without_a_compiler_the_health_statistics_warn_once_and_run_eagerly(
             model(torch.randn(5, 4)).square().sum().backward()
     frame = tracker.to_frame()
     assert len(frame) and frame["kurtosis"].notna().all()
+
+
+def test_tensor_subclasses_take_the_eager_kernels() -> None:
+    class Wrapped(torch.Tensor):
+        pass
+
+    x = (torch.randn(500, generator=torch.Generator().manual_seed(6)) + 3).as_subclass(Wrapped)
+    assert native.shifted_sums(x) is None
+    assert native.shifted_sums(x.as_subclass(torch.Tensor)) is not None
+    assert kernels.cpu_moments4_minmax(x) == pytest.approx(float64_reference(x), rel=1e-10)
