@@ -234,8 +234,8 @@ def _eager_moments4(x: Tensor) -> list[float]:
 _FAR = 16.0
 """How far (in variances: (c - mean)**2 / var) the shift of `shifted_sums` may lie from the
 mean. Within it, turning the sums about `c` into central moments loses at most a few
-hundred times their rounding (the fourth power sum is at most about (1 + 16 * 4 + 16 * 6 +
-16**2) times the central one, as m4 >= var**2), far below the 1e-10 that is promised;
+hundred times their rounding (the fourth power sum is at most 1 + 4 * 4 + 6 * 16 + 16**2
+= 369 times the central one, as m4 >= var**2), far below the 1e-10 that is promised;
 beyond it, a second pass about the mean."""
 
 
