@@ -38,7 +38,7 @@ from tensor_tracker._data.frame import type_name
 from tensor_tracker._persist import recording
 from tensor_tracker._persist.integrity import AppendFile
 from tensor_tracker.stats._blocking import BlocksFn
-from tensor_tracker.stats._kernels import cpu_moments4
+from tensor_tracker.stats._kernels import cpu_moments4_minmax
 from tensor_tracker.stats._store import StatsStore
 
 # -- the plain reference implementation of the contract ------------------------------------
@@ -198,7 +198,7 @@ def configurations() -> dict[str, tuple[Factory, float | None]]:
             lambda m: tensor_tracker.track(m, stats=["rms", "abs_max"]),
             None,
         ),
-        "  floor: minimal hooks, health kernels (aminmax, float64 central moments)": (
+        "  floor: minimal hooks, health kernel (one pass: float64 central moments, min, max)": (
             _MinimalHealth,
             None,
         ),
@@ -433,16 +433,15 @@ class _MinimalChannelStats(_MinimalStats):
 
 
 class _MinimalHealth(_MinimalStats):
-    """The floor of the health preset: the library's own kernels for `rms`, `abs_max` and
-    `kurtosis` on the CPU (`aminmax`, then `cpu_moments4`: the float64 central moments),
-    six numbers per tensor read back and kept, from `_MinimalStats`' hooks."""
+    """The floor of the health preset: the library's own kernel for `rms`, `abs_max` and
+    `kurtosis` on the CPU (`cpu_moments4_minmax`: the float64 central moments, minimum and
+    maximum in one pass of C), six numbers per tensor read back and kept, from
+    `_MinimalStats`' hooks."""
 
     numbers_per_tensor = 6
 
     def _stats(self, tensor: Tensor) -> None:
-        x = tensor.detach().reshape(-1)
-        lo, hi = torch.aminmax(x)
-        self.values.extend((lo.item(), hi.item(), *cpu_moments4(x)))
+        self.values.extend(cpu_moments4_minmax(tensor.detach().reshape(-1)))
 
 
 class _MinimalSums(_MinimalStats):

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from . import _native
+
 __all__ = [
     "GROUPS",
     "REDUCED_AS_THEY_ARE",
@@ -197,13 +199,12 @@ milliseconds of page faults on every call)."""
 _SCRATCH = threading.local()
 
 
-def cpu_moments4(x: Tensor) -> list[float]:
-    """`(mean, std with correction=0, E[(x-mean)**3], E[(x-mean)**4])` of a 1-D
-    float32/float64 CPU tensor, as `_device_moments4` computes them, piece by piece through
-    one reused float64 buffer per thread (hooks of several threads may run at once).
+def _eager_moments4(x: Tensor) -> list[float]:
+    """`cpu_moments4` without a compiler: torch operations piece by piece through one
+    reused float64 buffer per thread (hooks of several threads may run at once).
 
     Example:
-        >>> cpu_moments4(torch.tensor([1.0, 3.0]))
+        >>> _eager_moments4(torch.tensor([1.0, 3.0]))
         [2.0, 1.0, 0.0, 1.0]
     """
     n = x.numel()
@@ -228,6 +229,61 @@ def cpu_moments4(x: Tensor) -> list[float]:
             sums += _power_sums(rows[0].copy_(piece).sub_(mean), rows[1])
     m2, m3, m4 = (sums / n).tolist()
     return [mean, math.sqrt(m2), m3, m4]
+
+
+_FAR = 16.0
+"""How far (in variances: (c - mean)**2 / var) the shift of `shifted_sums` may lie from the
+mean. Within it, turning the sums about `c` into central moments loses at most a few
+hundred times their rounding (the fourth power sum is at most 1 + 4 * 4 + 6 * 16 + 16**2
+= 369 times the central one, as m4 >= var**2), far below the 1e-10 that is promised;
+beyond it, a second pass about the mean."""
+
+
+def cpu_moments4_minmax(x: Tensor) -> list[float]:
+    """`cpu_moments4(x)` followed by `x`'s minimum and maximum (the health preset's raw
+    numbers), through the C kernel when it is compiled (see `_native_moments4_minmax`).
+
+    Example:
+        >>> cpu_moments4_minmax(torch.tensor([1.0, 3.0]))
+        [2.0, 1.0, 0.0, 1.0, 1.0, 3.0]
+    """
+    values = _native_moments4_minmax(x)
+    return [*_eager_moments4(x), *_cpu_minmax(x)] if values is None else values
+
+
+def cpu_moments4(x: Tensor) -> list[float]:
+    """`(mean, std with correction=0, E[(x-mean)**3], E[(x-mean)**4])` of a 1-D
+    float32/float64 CPU tensor, as `_device_moments4` computes them.
+
+    Example:
+        >>> cpu_moments4(torch.tensor([1.0, 3.0]))
+        [2.0, 1.0, 0.0, 1.0]
+    """
+    values = _native_moments4_minmax(x)
+    return _eager_moments4(x) if values is None else values[:4]
+
+
+def _native_moments4_minmax(x: Tensor) -> list[float] | None:
+    """`cpu_moments4_minmax` from one pass of the C kernel (`_native.shifted_sums`) about
+    the first element, then a second about the mean when that element lies more than
+    `sqrt(_FAR)` standard deviations from it. None without a compiler, and for sums that
+    are not finite (NaN, infinities, overflowing powers: the eager kernels decide what
+    they come out as)."""
+    sums = _native.shifted_sums(x)
+    if sums is None or not math.isfinite(sums[0] + sums[1] + sums[2] + sums[3]):
+        return None
+    n = x.numel()
+    delta = sums[0] / n
+    if delta * delta > _FAR * (sums[1] / n - delta * delta):
+        sums = _native.shifted_sums(x, sums[6] + delta)
+        assert sums is not None  # the same tensor, through the same kernel
+        delta = sums[0] / n
+    _, s2, s3, s4, lo, hi, c = sums
+    # The central moments from those about c = mean - delta.
+    m2 = max(s2 / n - delta * delta, 0.0)
+    m3 = s3 / n - delta * (3 * s2 / n - 2 * delta * delta)
+    m4 = s4 / n - delta * (4 * s3 / n - delta * (6 * s2 / n - 3 * delta * delta))
+    return [c + delta, math.sqrt(m2), m3, m4, lo, hi]
 
 
 def _power_sums(d: Tensor, out: Tensor) -> Tensor:
@@ -314,6 +370,8 @@ class Core:
         """The raw numbers of the groups for a CPU tensor, as host floats (no range counts)."""
         if self.groups == default:
             self.host = _host_moments_minmax
+        elif self.groups == (GROUPS["moments4"], GROUPS["minmax"]):  # stats.health
+            self.host = cpu_moments4_minmax
         elif len(self.groups) == 1:
             self.host = self.groups[0].host
         else:

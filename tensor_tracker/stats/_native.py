@@ -1,0 +1,165 @@
+"""One pass over a CPU tensor for the health statistics, in C compiled on first use.
+
+`stats.health` (rms, abs_max, kurtosis) needs a tensor's minimum, maximum and moments up to
+the fourth. Eagerly that is about ten passes over each tensor (a float64 copy, the mean,
+the deviations, their powers and three sums; `kernels._eager_moments4`), which cost a quarter
+of a training step; one vectorised C loop reads each element once, and is called through
+`ctypes` for about a microsecond (a `torch.compile`d kernel costs ~30 us a call in its
+guards and wrappers, more than the pass itself for most tensors).
+
+The source is compiled once per process, into a private temporary directory removed
+straight after loading, with the system C compiler (`$CC`, else `cc`, `gcc` or `clang`)
+for the host's own instruction set. Without a compiler, `shifted_sums` returns None and
+the callers keep their eager kernels, after one warning.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["shifted_sums"]
+
+# The sums are accumulated in float64 in blocks of 4096 elements (each block's lanes in
+# vector registers, then added into the totals), so rounding grows with 4096 / lanes plus
+# n / 4096 additions rather than with n. `omp simd` lets the compiler reorder exactly these
+# reductions (and nothing else, unlike -ffast-math); -fopenmp-simd needs no OpenMP runtime.
+_SOURCE = r"""
+#include <stdint.h>
+#define BLOCK 4096
+#define KERNEL(NAME, T)                                                                 \
+void NAME(const T *x, int64_t n, double c, double *out) {                             \
+    if (c != c) c = (double)x[0];                                                      \
+    double t1 = 0, t2 = 0, t3 = 0, t4 = 0;                                             \
+    T lo = x[0], hi = x[0];                                                            \
+    for (int64_t b = 0; b < n; b += BLOCK) {                                           \
+        int64_t end = n - b > BLOCK ? b + BLOCK : n;                                   \
+        double s1 = 0, s2 = 0, s3 = 0, s4 = 0;                                         \
+        _Pragma("omp simd reduction(+:s1,s2,s3,s4) reduction(min:lo) reduction(max:hi)") \
+        for (int64_t i = b; i < end; i++) {                                            \
+            T v = x[i];                                                                \
+            double d = (double)v - c, d2 = d * d;                                      \
+            s1 += d; s2 += d2; s3 += d2 * d; s4 += d2 * d2;                            \
+            lo = v < lo ? v : lo;                                                      \
+            hi = v > hi ? v : hi;                                                      \
+        }                                                                              \
+        t1 += s1; t2 += s2; t3 += s3; t4 += s4;                                        \
+    }                                                                                  \
+    out[0] = t1; out[1] = t2; out[2] = t3; out[3] = t4;                                \
+    out[4] = (double)lo; out[5] = (double)hi; out[6] = c;                              \
+}
+KERNEL(tt_shifted_sums_f32, float)
+KERNEL(tt_shifted_sums_f64, double)
+"""
+
+_Kernel = Callable[[int, int, float, ctypes.Array[ctypes.c_double]], None]
+
+_LOCK = threading.Lock()
+_KERNELS: dict[torch.dtype, _Kernel] | None = None
+_TRIED = False
+
+
+def _compilers() -> list[str]:
+    named = os.environ.get("CC")
+    if named:
+        return [named]
+    return [path for name in ("cc", "gcc", "clang") if (path := shutil.which(name))]
+
+
+def _build() -> dict[torch.dtype, _Kernel]:
+    """Compile and load the kernels; raises OSError (with the compiler's message) when no
+    compiler could build them."""
+    compilers = _compilers()
+    if not compilers:
+        raise OSError("no C compiler found ($CC, cc, gcc or clang)")
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="tensor_tracker-") as tmp:
+        source = os.path.join(tmp, "health.c")
+        library = os.path.join(tmp, "health.so")
+        with open(source, "w") as file:
+            file.write(_SOURCE)
+        base = ["-O3", "-fopenmp-simd", "-shared", "-fPIC", "-o", library, source]
+        # -march=native first (AVX-512 or AVX2 where the host has them); some compilers
+        # (Apple clang on arm64) refuse it.
+        for cc in compilers:
+            for flags in (["-march=native", *base], base):
+                try:
+                    run = subprocess.run(
+                        [cc, *flags], capture_output=True, text=True, timeout=120, check=False
+                    )
+                except (OSError, subprocess.TimeoutExpired) as error:
+                    errors.append(f"{cc}: {error}")
+                    break
+                if run.returncode == 0:
+                    # Loaded before the directory goes: the mapping outlives the file.
+                    lib = ctypes.CDLL(library)
+                    return {
+                        torch.float32: _function(lib.tt_shifted_sums_f32),
+                        torch.float64: _function(lib.tt_shifted_sums_f64),
+                    }
+                errors.append(f"{cc}: {run.stderr.strip()[-300:]}")
+    raise OSError("; ".join(errors))
+
+
+def _function(f: ctypes._NamedFuncPointer) -> _Kernel:
+    f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p]
+    f.restype = None
+    kernel: _Kernel = f
+    return kernel
+
+
+def _kernels() -> dict[torch.dtype, _Kernel] | None:
+    global _KERNELS, _TRIED
+    if _TRIED:
+        return _KERNELS
+    with _LOCK:
+        if not _TRIED:
+            try:
+                _KERNELS = _build()
+            except OSError as error:
+                warnings.warn(
+                    "tensor_tracker: could not compile the one-pass C kernel of kurtosis "
+                    f"and its companions ({error}); CPU tensors take the eager kernels, "
+                    "several times slower. Install a C compiler (cc, gcc or clang) or "
+                    "point $CC at one to speed them up.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            _TRIED = True
+    return _KERNELS
+
+
+def shifted_sums(x: Tensor, shift: float = float("nan")) -> list[float] | None:
+    """`[sum(d), sum(d**2), sum(d**3), sum(d**4), min(x), max(x), c]` with `d = x - c` in
+    float64, in one pass over a contiguous, non-empty float32 or float64 CPU tensor `x`;
+    `c` is `shift`, or `x`'s first element when `shift` is NaN. None when the kernels
+    could not be compiled (warned once) or `x` is not such a tensor (or a subclass).
+
+    The minimum and maximum are only meaningful when the sums are finite (NaN does not
+    propagate into them).
+
+    Example:
+        >>> shifted_sums(torch.tensor([1.0, 3.0]))
+        [2.0, 4.0, 8.0, 16.0, 1.0, 3.0, 1.0]
+    """
+    kernels = _kernels()
+    if kernels is None:
+        return None
+    kernel = kernels.get(x.dtype)
+    n = x.numel()
+    # A subclass may hold no storage of its own (wrapper subclasses: no data pointer), or
+    # values that its own operators compute.
+    if kernel is None or n == 0 or type(x) is not Tensor or not x.is_contiguous() or not x.is_cpu:
+        return None
+    out = (ctypes.c_double * 7)()
+    kernel(x.data_ptr(), n, shift, out)
+    return out[:]
