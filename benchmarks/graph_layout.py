@@ -81,7 +81,9 @@ def _gpt2() -> tt.ModuleGraph:
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=12, n_head=2, n_embd=32, vocab_size=100, n_positions=64)
+    config = transformers.GPT2Config(
+        n_layer=12, n_head=2, n_embd=32, vocab_size=100, n_positions=64
+    )
     model = transformers.GPT2LMHeadModel(config).eval()
     ids = torch.randint(0, 100, (2, 12))
     return tt.module_graph(model, ids, attention_mask=torch.ones(2, 12, dtype=torch.long))
@@ -134,7 +136,9 @@ def main(shots: Path | None) -> None:
                         print(json.dumps(row | measure(browser.execute_script(_DRAWN))))
                         if shots is not None:
                             tag = f"{name}-{level.replace('#', '_').replace('<', '').replace('>', '')}"
-                            browser.save_screenshot(str(shots / f"{tag}-{size}-{'all' if shown else 'hidden'}.png"))
+                            browser.save_screenshot(
+                                str(shots / f"{tag}-{size}-{'all' if shown else 'hidden'}.png")
+                            )
     finally:
         browser.quit()
 

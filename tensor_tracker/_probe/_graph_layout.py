@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
+from itertools import pairwise
 from typing import TYPE_CHECKING, Protocol
 
 from ._graph_nodes import node_label
@@ -52,39 +53,43 @@ MARGIN = 10
 _NODE_SEP, _EDGE_SEP, _RANK_SEP = 18, 10, 26
 _LANE_SEP = 10  # between the lanes of the skip column
 _CORNER = 6  # the radius of a skip edge's bends
+_SWEEPS = 40  # of the placement of each layer
 
 Point = tuple[float, float]
 
-# Advance widths of Helvetica / Arial in thousandths of the font size, by character; the
-# page's system-ui faces (SF, Segoe UI, DejaVu Sans) are up to ~8% wider, hence _WIDER.
+# Advance widths of DejaVu Sans (what system-ui is on Linux) in thousandths of the font
+# size: the widest of the faces the page meets (SF, Segoe UI and Arial are 5-15% narrower),
+# so that a box sized by them holds its label in any of them.
+# fmt: off
+_WIDTHS = (
+    318, 401, 460, 838, 636, 950, 780, 275, 390, 390, 500, 838, 318, 361, 318, 337,
+    636, 636, 636, 636, 636, 636, 636, 636, 636, 636, 337, 337, 838, 838, 838, 531,
+    1000, 684, 686, 698, 770, 632, 575, 775, 752, 295, 295, 656, 557, 863, 748, 787,
+    603, 787, 695, 635, 611, 732, 684, 989, 685, 611, 685, 390, 337, 390, 838, 500,
+    500, 613, 635, 550, 635, 615, 352, 635, 634, 278, 278, 579, 278, 974, 634, 612,
+    635, 635, 411, 521, 392, 634, 592, 818, 592, 592, 525, 636, 337, 636, 838, 1000,
+    838,
+)
+# fmt: on
 _ADVANCE = dict(
     zip(
         " !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`"
-        "abcdefghijklmnopqrstuvwxyz{|}~",
-        [278, 278, 355, 556, 556, 889, 667, 191, 333, 333, 389, 584, 278, 333, 278, 278]
-        + [556] * 10
-        + [278, 278, 584, 584, 584, 556, 1015]
-        + [667, 667, 722, 722, 667, 611, 778, 722, 278, 500, 667, 556, 833]
-        + [722, 778, 667, 778, 722, 667, 611, 722, 667, 944, 667, 667, 611]
-        + [278, 278, 278, 469, 556, 333]
-        + [556, 556, 500, 556, 556, 278, 556, 556, 222, 222, 500, 222, 833]
-        + [556, 556, 556, 556, 333, 500, 278, 556, 500, 722, 500, 500, 500]
-        + [334, 260, 334, 584],
+        "abcdefghijklmnopqrstuvwxyz{|}~\u2026\u00d7",
+        _WIDTHS,
         strict=True,
     )
 )
-_WIDER = 1.08
 
 
 def text_width(text: str, px: float = FONT_PX) -> float:
-    """The width of `text` at `px` pixels in a sans-serif face, in pixels (an estimate a
-    little wide: the boxes sized by it hold their labels in the browsers' system fonts).
+    """The width of `text` at `px` pixels in DejaVu Sans, the widest of the system fonts
+    the page draws labels in (a little wide for the others).
 
     Example:
         >>> round(text_width("attn #0 (GPT2Attention)"), 1)
-        140.2
+        146.1
     """
-    return sum(_ADVANCE.get(c, 1000 if ord(c) > 0x2000 else 556) for c in text) * px * _WIDER / 1000
+    return sum(_ADVANCE.get(c, 1000 if ord(c) > 0x2000 else 640) for c in text) * px / 1000
 
 
 def fit_label(text: str, px: float) -> str:
@@ -92,7 +97,7 @@ def fit_label(text: str, px: float) -> str:
     prefix dropped part by part (`…h.3.mlp`), then its start cut (`…mlp`).
 
     Example:
-        >>> fit_label("transformer.h.11.mlp.c_proj (Conv1D)", 150)
+        >>> fit_label("transformer.h.11.mlp.c_proj (Conv1D)", 120)
         '…c_proj (Conv1D)'
     """
     if text_width(text) <= px:
@@ -114,7 +119,7 @@ def box_width(label: str, expandable: bool) -> float:
 
     Example:
         >>> box_width("drop (Dropout)", False), box_width("h.0 (GPT2Block)", True)
-        (96.0, 127.0)
+        (108.0, 127.0)
     """
     return float(int(text_width(label)) + 1 + (30 if expandable else 18))
 
@@ -162,10 +167,12 @@ class Layout:
         routes: each edge's path, in the order of the edges given: two points for a
             straight line, else a start and three points per cubic Bézier segment (two
             control points, an end).
-        width, height: the drawing's size, the skip column included.
-        skipped: the indices of the edges routed in the skip column (see `skip_edges`).
-        narrow_width: the drawing's width without the skip column (the page's, while
+        width, height: the drawing's size, the skip columns included.
+        skipped: the indices of the edges routed in the skip columns (see `skip_edges`).
+        narrow_width: the drawing's width without the skip columns (the page's, while
             those edges are hidden).
+        skip_left: the left skip column's width: where the drawing without the skip
+            columns starts.
     """
 
     positions: dict[str, Point]
@@ -175,6 +182,7 @@ class Layout:
     height: float
     skipped: tuple[int, ...] = ()
     narrow_width: float = 0.0
+    skip_left: float = 0.0
 
 
 def skip_edges(nodes: Sequence[GraphNode], edges: Sequence[GraphEdge]) -> set[int]:
@@ -243,11 +251,12 @@ def layout(
     widths = widths or {}
     width_of = {n.id: float(widths.get(n.id, NODE_WIDTH)) for n in nodes}
     skipped = tuple(sorted(set(skipped)))
-    drawn = [
+    drawable = [
         k
         for k, e in enumerate(edges)
-        if k not in skipped and e.source != e.target and e.source in width_of and e.target in width_of
+        if e.source != e.target and e.source in width_of and e.target in width_of
     ]
+    drawn = [k for k in drawable if k not in skipped]
     layer = _layers([n.id for n in nodes], [edges[k] for k in drawn], nodes)
     # Each edge spanning layers: a point on each layer between its ends.
     chains: dict[int, list[str]] = {}
@@ -259,37 +268,40 @@ def layout(
             layer[point], width_of[point] = depth, 0.0
             chain.append(point)
         chains[k] = [*chain, e.target]
-    links = [(a, b) for chain in chains.values() for a, b in zip(chain, chain[1:])]
+    links = [(a, b) for chain in chains.values() for a, b in pairwise(chain)]
     rows = _order(layer, links, [n.id for n in nodes])
     centre = _place(rows, links, width_of)
-    left = min((centre[i] - width_of[i] / 2 for i in centre), default=0.0)
+    top = {i: float(d * (NODE_HEIGHT + _RANK_SEP) + MARGIN) for i, d in layer.items()}
+    lanes = _lanes({k: edges[k] for k in drawable if k in skipped}, top)
+    # The drawing's left edge at the left column's outermost lane, or at the margin.
+    shift = max((-lane for lane in lanes.values()), default=0.0)
+    shift = max(shift, 0.0)
+    left = min((centre[i] - width_of[i] / 2 for i in centre), default=0.0) - MARGIN - shift
     boxes: dict[str, tuple[float, float, float, float]] = {}
     positions: dict[str, Point] = {}
     for n in nodes:
         x = round(centre[n.id] - width_of[n.id] / 2 - left, 1)
-        y = float(layer[n.id] * (NODE_HEIGHT + _RANK_SEP))
-        positions[n.id] = (x, y)
-        boxes[n.id] = (x + MARGIN, y + MARGIN, width_of[n.id], float(NODE_HEIGHT))
+        positions[n.id] = (x - MARGIN, top[n.id] - MARGIN)
+        boxes[n.id] = (x, top[n.id], width_of[n.id], float(NODE_HEIGHT))
     right = max((x + w for x, _, w, _ in boxes.values()), default=0.0)
     routes: list[tuple[Point, ...]] = []
-    lanes = _lanes({k: edges[k] for k in skipped if edges[k].source in boxes and edges[k].target in boxes}, boxes)
     for k, e in enumerate(edges):
         if k in chains:
             points = [_bottom(boxes[e.source])]
             for point in chains[k][1:-1]:
-                x = round(centre[point] - left + MARGIN, 1)
-                top = layer[point] * (NODE_HEIGHT + _RANK_SEP) + MARGIN
-                points += [(x, float(top)), (x, float(top + NODE_HEIGHT))]
+                x = round(centre[point] - left, 1)
+                points += [(x, top[point]), (x, top[point] + NODE_HEIGHT)]
             points.append(_top(boxes[e.target]))
             routes.append(_smooth(points))
-        elif k in skipped:
-            routes.append(_side_route(boxes[e.source], boxes[e.target], right + lanes[k]))
+        elif k in lanes:
+            lane = right + lanes[k] if lanes[k] > 0 else MARGIN + shift + lanes[k]
+            routes.append(_side_route(boxes[e.source], boxes[e.target], lane))
         else:  # a self-loop, or an end outside the level: nowhere to draw it
             routes.append(())
-    narrow = right + MARGIN
-    width = max([narrow, *(right + lane + MARGIN for lane in lanes.values())])
+    narrow = right - shift + MARGIN
+    width = max([right + MARGIN, *(right + lane + MARGIN for lane in lanes.values())])
     height = max((y + h for _, y, _, h in boxes.values()), default=0.0) + MARGIN
-    return Layout(positions, boxes, routes, width, height, skipped, narrow)
+    return Layout(positions, boxes, routes, width, height, skipped, narrow, shift)
 
 
 def _layers(ids: list[str], edges: Sequence[Edge], nodes: Sequence[Node]) -> dict[str, int]:
@@ -349,13 +361,11 @@ def _order(layer: dict[str, int], links: list[tuple[str, str]], ids: list[str]) 
         for d in steps:
             before = {i: k for k, i in enumerate(rows[d - 1 if forward else d + 1])}
             near = up if forward else down
-
-            def key(i: str, k: int) -> float:
+            # A node with no neighbour there (-1) keeps its place among the others.
+            keyed = []
+            for k, i in enumerate(rows[d]):
                 places = [before[j] for j in near[i]]
-                return sum(places) / len(places) if places else -1.0
-
-            # A node with no neighbour there keeps its place among the others.
-            keyed = [(key(i, k), k, i) for k, i in enumerate(rows[d])]
+                keyed.append((sum(places) / len(places) if places else -1.0, k, i))
             placed = sorted((v for v in keyed if v[0] >= 0), key=lambda v: (v[0], v[1]))
             free = {k: i for v, k, i in keyed if v < 0}
             it = iter(i for _, _, i in placed)
@@ -390,10 +400,17 @@ def _place(
 ) -> dict[str, float]:
     """Each node's centre: as near the weighted mean of its neighbours' centres as its
     layer's order and gaps allow, sweeping down, up and both ways; a link between two
-    points of one long edge weighs most, so long edges run straight."""
+    points of one long edge weighs most, and so does a link in a chain (its source with no
+    other successor, its target with no other predecessor), so that both run straight."""
     neighbours: dict[str, list[tuple[str, float, bool]]] = {i: [] for row in rows for i in row}
+    outs: dict[str, int] = {}
+    ins: dict[str, int] = {}
+    for a, b in links:
+        outs[a], ins[b] = outs.get(a, 0) + 1, ins.get(b, 0) + 1
     for a, b in links:
         weight = 1.0 + (width[a] == 0) + (width[b] == 0) + 5.0 * (width[a] == 0 and width[b] == 0)
+        if outs[a] == 1 and ins[b] == 1:
+            weight = 8.0
         neighbours[a].append((b, weight, False))  # b is below a
         neighbours[b].append((a, weight, True))
     centre: dict[str, float] = {}
@@ -403,21 +420,29 @@ def _place(
             centre[i] = x + width[i] / 2
             x += width[i] + _NODE_SEP
     order = list(range(len(rows)))
-    for turn in range(12):
-        above = turn % 3 == 0 or turn % 3 == 2 and turn > 6
-        below = turn % 3 == 1 or turn % 3 == 2 and turn > 6
-        for d in order if above and not below else reversed(order):
+    # Two sweeps from one side each, then sweeps towards both sides: each layer placed
+    # exactly given the others, which converges to the least weighted sum of squared
+    # horizontal lengths of the links (a chain of nodes straight, long edges straight).
+    for turn in range(_SWEEPS):
+        above, below = turn != 1, turn != 0
+        for d in order if turn % 2 == 0 else reversed(order):
             row = rows[d]
             wanted: list[tuple[float, float]] = []
             for i in row:
-                pulls = [(centre[j], w) for j, w, up in neighbours[i] if (up and above) or (not up and below)]
+                pulls = [
+                    (centre[j], w)
+                    for j, w, up in neighbours[i]
+                    if (up and above) or (not up and below)
+                ]
                 total = sum(w for _, w in pulls)
-                wanted.append((sum(x * w for x, w in pulls) / total, total) if total else (centre[i], 0.01))
+                wanted.append(
+                    (sum(x * w for x, w in pulls) / total, total) if total else (centre[i], 0.01)
+                )
             gaps = [
                 (width[a] + width[b]) / 2 + (_NODE_SEP if width[a] and width[b] else _EDGE_SEP)
-                for a, b in zip(row, row[1:])
+                for a, b in pairwise(row)
             ]
-            for i, x in zip(row, _packed(wanted, gaps)):
+            for i, x in zip(row, _packed(wanted, gaps), strict=True):
                 centre[i] = x
     return centre
 
@@ -431,7 +456,7 @@ def _packed(wanted: list[tuple[float, float]], gaps: list[float]) -> list[float]
         offsets.append(offsets[-1] + gap)
     # Blocks of [mean, weight, count], merged while a block's mean is left of the one before.
     blocks: list[list[float]] = []
-    for (x, w), offset in zip(wanted, offsets):
+    for (x, w), offset in zip(wanted, offsets, strict=True):
         blocks.append([x - offset, w, 1])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
             m2, w2, n2 = blocks.pop()
@@ -440,33 +465,37 @@ def _packed(wanted: list[tuple[float, float]], gaps: list[float]) -> list[float]
     out: list[float] = []
     for mean, _, count in blocks:
         out += [mean] * int(count)
-    return [x + offset for x, offset in zip(out, offsets)]
+    return [x + offset for x, offset in zip(out, offsets, strict=True)]
 
 
-def _lanes(
-    edges: Mapping[int, Edge], boxes: Mapping[str, tuple[float, float, float, float]]
-) -> dict[int, float]:
-    """Each skipped edge's lane, as its distance right of the drawing. The edges from one
-    source share a lane (one line branching into each target, as a bundle); the sources
-    whose edges span the fewest pixels get the innermost lanes free over their span (so
-    that a span inside another runs inside it, and spans one after the other share a lane)."""
+def _lanes(edges: Mapping[int, Edge], top: Mapping[str, float]) -> dict[int, float]:
+    """Each skipped edge's lane, as its distance right of the drawing (left of it when
+    negative). The edges from one source share a lane (one line branching into each
+    target, as a bundle). Sources in the order of their bundle's span, the shortest first,
+    go to the right and the left column in turn (an edge crosses only those on its side),
+    each to the innermost lane free over its span there (so that a span inside another
+    runs inside it, and spans one after the other share a lane)."""
     spans: dict[str, tuple[float, float]] = {}
     for e in edges.values():
-        top, bottom = spans.get(e.source, (boxes[e.source][1], boxes[e.source][1]))
-        spans[e.source] = (top, max(bottom, boxes[e.target][1]))
-    taken: list[list[tuple[float, float]]] = []
-    lane_of: dict[str, int] = {}
-    for source in sorted(spans, key=lambda i: (spans[i][1] - spans[i][0], spans[i][0])):
-        top, bottom = spans[source]
+        start, end = spans.get(e.source, (top[e.source], top[e.source]))
+        spans[e.source] = (start, max(end, top[e.target]))
+    taken: dict[int, list[list[tuple[float, float]]]] = {1: [], -1: []}
+    lane_of: dict[str, float] = {}
+    for turn, source in enumerate(
+        sorted(spans, key=lambda i: (spans[i][1] - spans[i][0], spans[i][0]))
+    ):
+        side = 1 if turn % 2 == 0 else -1
+        start, end = spans[source]
+        lanes = taken[side]
         lane = next(
-            (n for n, used in enumerate(taken) if all(b < top or bottom < t for t, b in used)),
-            len(taken),
+            (n for n, used in enumerate(lanes) if all(b < start or end < t for t, b in used)),
+            len(lanes),
         )
-        if lane == len(taken):
-            taken.append([])
-        taken[lane].append((top, bottom))
-        lane_of[source] = lane
-    return {k: 2 * _LANE_SEP + lane_of[e.source] * _LANE_SEP for k, e in edges.items()}
+        if lane == len(lanes):
+            lanes.append([])
+        lanes[lane].append((start, end))
+        lane_of[source] = side * (2 * _LANE_SEP + lane * _LANE_SEP)
+    return {k: lane_of[e.source] for k, e in edges.items()}
 
 
 def _bottom(box: tuple[float, float, float, float]) -> Point:
@@ -498,18 +527,21 @@ def _smooth(points: list[Point]) -> tuple[Point, ...]:
 
 
 def _side_route(
-    source: tuple[float, float, float, float], target: tuple[float, float, float, float], lane: float
+    source: tuple[float, float, float, float],
+    target: tuple[float, float, float, float],
+    lane: float,
 ) -> tuple[Point, ...]:
-    """From the right side of `source` out to the lane at x `lane`, down it, and into the
-    right side of `target`: straight runs joined by rounded corners (cubic segments; a
+    """From the side of `source` facing the lane at x `lane` out to it, down it, and into
+    the same side of `target`: straight runs joined by rounded corners (cubic segments; a
     straight run's control points are its ends)."""
-    sx, sy = source[0] + source[2], source[1] + source[3] / 2
-    tx, ty = target[0] + target[2], target[1] + target[3] / 2
-    r, x = _CORNER, lane
+    right = lane > source[0]
+    sx, sy = source[0] + (source[2] if right else 0), source[1] + source[3] / 2
+    tx, ty = target[0] + (target[2] if right else 0), target[1] + target[3] / 2
+    x, r = lane, (_CORNER if right else -_CORNER)
     return (
         *((sx, sy), (sx, sy), (x - r, sy), (x - r, sy)),
-        *((x, sy), (x, sy), (x, sy + r)),
-        *((x, sy + r), (x, ty - r), (x, ty - r)),
+        *((x, sy), (x, sy), (x, sy + abs(r))),
+        *((x, sy + abs(r)), (x, ty - abs(r)), (x, ty - abs(r))),
         *((x, ty), (x, ty), (x - r, ty)),
         *((x - r, ty), (tx, ty), (tx, ty)),
     )

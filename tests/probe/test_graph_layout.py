@@ -6,6 +6,7 @@ a column right of the drawing, and the page's data carrying the layout."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import pytest
 
@@ -34,7 +35,7 @@ def test_boxes_are_as_wide_as_their_labels() -> None:
     # Wider than the widest box: the dotted prefix goes first, then the start.
     long = "transformer.h.11.mlp.c_proj (Conv1D)"
     assert fit_label(long, 300) == long
-    assert fit_label(long, 150) == "\u202611.mlp.c_proj (Conv1D)"
+    assert fit_label(long, 150) == "\u2026mlp.c_proj (Conv1D)"
     assert fit_label(long, 120) == "\u2026c_proj (Conv1D)"
     assert text_width(fit_label(long, 40)) <= 40
     node = GraphNode("x#0", "a" * 60, 0, "Linear")
@@ -61,9 +62,11 @@ def _blocks(count: int) -> tuple[list[GraphNode], list[GraphEdge]]:
         GraphNode(f"h.{i}#0", f"h.{i}", 0, "Block", "module", children=True) for i in range(count)
     ]
     nodes = [GraphNode("in", "", 0, "", "input"), *blocks, GraphNode("out", "", 0, "", "output")]
-    edges = [GraphEdge(a.id, b.id) for a, b in zip(nodes, nodes[1:])]
+    edges = [GraphEdge(a.id, b.id) for a, b in pairwise(nodes)]
     edges += [GraphEdge("in", b.id) for b in blocks[1:]]
-    edges += [GraphEdge(a.id, b.id) for i, a in enumerate(blocks) for b in [*blocks, nodes[-1]][i + 2 :]]
+    edges += [
+        GraphEdge(a.id, b.id) for i, a in enumerate(blocks) for b in [*blocks, nodes[-1]][i + 2 :]
+    ]
     return nodes, edges
 
 
@@ -78,21 +81,42 @@ def test_edges_that_skip_over_repeated_blocks_go_down_a_column_to_the_right() ->
     centres = {drawn.boxes[n.id][0] + drawn.boxes[n.id][2] / 2 for n in nodes}
     assert len(centres) == 1
     shown = set(range(chain))
-    assert graph_models.faults(drawn, edges, shown) == {"edges": chain, "crossings": 0, "over_boxes": 0}
+    assert graph_models.faults(drawn, edges, shown) == {
+        "edges": chain,
+        "crossings": 0,
+        "over_boxes": 0,
+    }
+    # The columns either side: the drawing without them is narrow_width wide from skip_left.
+    left = min(x for x, _, _, _ in drawn.boxes.values())
     right = max(x + w for x, _, w, _ in drawn.boxes.values())
-    assert drawn.narrow_width == right + MARGIN < drawn.width
+    assert (left, right) == (
+        drawn.skip_left + MARGIN,
+        drawn.skip_left + drawn.narrow_width - MARGIN,
+    )
+    assert drawn.narrow_width < drawn.width and drawn.skip_left > 0
     for k in skipped:
         route = drawn.routes[k]
         source, target = (drawn.boxes[edges[k].source], drawn.boxes[edges[k].target])
-        # From the source's right side, down a lane right of every box, into the target's.
-        assert route[0] == (source[0] + source[2], source[1] + source[3] / 2)
-        assert route[-1] == (target[0] + target[2], target[1] + target[3] / 2)
-        assert right < max(x for x, _ in route) <= drawn.width - MARGIN
-        assert all(x >= min(source[0] + source[2], target[0] + target[2]) for x, _ in route)
+        # From a side of the source, down a lane beside every box, into that side of the target.
+        side = 0.0 if route[2][0] < route[0][0] else 1.0
+        assert route[0] == (source[0] + side * source[2], source[1] + source[3] / 2)
+        assert route[-1] == (target[0] + side * target[2], target[1] + target[3] / 2)
+        lane = max(x for x, _ in route) if side else min(x for x, _ in route)
+        assert right < lane <= drawn.width - MARGIN if side else MARGIN <= lane < left
+    # The edges of one source share a lane, and each side takes every other source.
+    lanes = {edges[k].source: {x for x, _ in drawn.routes[k][4:-4]} for k in skipped}
+    assert all(len(xs) == 1 for xs in lanes.values())
+    sides = [xs.pop() > right for xs in lanes.values()]
+    assert 0 < sum(sides) < len(sides)
     assert graph_models.faults(drawn, edges)["over_boxes"] == 0
     # A residual inside one block skips no repeated block.
     single = [nodes[0], nodes[1], nodes[-1]]
-    assert skip_edges(single, [GraphEdge("in", "h.0#0"), GraphEdge("h.0#0", "out"), GraphEdge("in", "out")]) == set()
+    assert (
+        skip_edges(
+            single, [GraphEdge("in", "h.0#0"), GraphEdge("h.0#0", "out"), GraphEdge("in", "out")]
+        )
+        == set()
+    )
 
 
 def test_the_page_data_carries_the_layout_the_svg_draws() -> None:
