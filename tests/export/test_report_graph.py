@@ -153,7 +153,7 @@ def test_gpt2_blocks_in_a_column_with_the_cache_behind_a_toggle(
     labels = browser.execute_script(
         "return [...document.querySelectorAll('#graph-svg g.node > text')].map((t) => t.textContent)"
     )
-    assert len(labels) == 8 and not [t for t in labels if "\u2026" in t], labels
+    assert len(labels) == 10 and not [t for t in labels if "\u2026" in t], labels
     # The cache's edges (every block reads the blocks before) behind the toggle.
     toggle = browser.find_element("id", "graph-reused")
     assert toggle.is_displayed() and "skip over repeated blocks" in toggle.text
