@@ -399,18 +399,19 @@ def _place(
     rows: list[list[str]], links: list[tuple[str, str]], width: dict[str, float]
 ) -> dict[str, float]:
     """Each node's centre: as near the weighted mean of its neighbours' centres as its
-    layer's order and gaps allow, sweeping down, up and both ways; a link between two
+    layer's order and gaps allow, sweeping down, up and both ways. A link between two
     points of one long edge weighs most, and so does a link in a chain (its source with no
-    other successor, its target with no other predecessor), so that both run straight."""
+    other successor, its target with no other predecessor), so that both run straight; a
+    link between boxes outweighs one from a box to a long edge's point, so that the boxes
+    line up and the long edge goes round them."""
     neighbours: dict[str, list[tuple[str, float, bool]]] = {i: [] for row in rows for i in row}
     outs: dict[str, int] = {}
     ins: dict[str, int] = {}
     for a, b in links:
         outs[a], ins[b] = outs.get(a, 0) + 1, ins.get(b, 0) + 1
     for a, b in links:
-        weight = 1.0 + (width[a] == 0) + (width[b] == 0) + 5.0 * (width[a] == 0 and width[b] == 0)
-        if outs[a] == 1 and ins[b] == 1:
-            weight = 8.0
+        points = (width[a] == 0) + (width[b] == 0)
+        weight = 8.0 if points == 2 or (outs[a] == 1 and ins[b] == 1) else 2.0 - points
         neighbours[a].append((b, weight, False))  # b is below a
         neighbours[b].append((a, weight, True))
     centre: dict[str, float] = {}
