@@ -11,8 +11,8 @@ sweeping down and up and keeping the order with the fewest crossings; then each 
 as near the mean of its neighbours' centres as the order and the gaps allow (a chain of
 blocks stays in one column). A box is as wide as its label at the page's font
 (`text_width`). The edges `skip_edges` finds (a cache or a mask every repeated block reads)
-take no part in this: each runs down a lane of its own in a column right of the drawing,
-and the page shows them only when asked.
+take no part in this: bundled by source, they run down lanes in a column either side of
+the drawing, and the page shows them only when asked.
 """
 
 from __future__ import annotations
