@@ -53,7 +53,7 @@ MARGIN = 10
 _NODE_SEP, _EDGE_SEP, _RANK_SEP = 18, 10, 26
 _LANE_SEP = 10  # between the lanes of the skip column
 _CORNER = 6  # the radius of a skip edge's bends
-_SWEEPS = 40  # of the placement of each layer
+_SWEEPS = 40  # at most, of the placement of each layer (fewer once it settles)
 
 Point = tuple[float, float]
 
@@ -424,27 +424,32 @@ def _place(
     # Two sweeps from one side each, then sweeps towards both sides: each layer placed
     # exactly given the others, which converges to the least weighted sum of squared
     # horizontal lengths of the links (a chain of nodes straight, long edges straight).
-    for turn in range(_SWEEPS):
+    gaps = {
+        d: [
+            (width[a] + width[b]) / 2 + (_NODE_SEP if width[a] and width[b] else _EDGE_SEP)
+            for a, b in pairwise(row)
+        ]
+        for d, row in enumerate(rows)
+    }
+    # A level with thousands of points (a hundred long edges) gets fewer sweeps: seconds else.
+    for turn in range(min(_SWEEPS, max(6, 40_000 // len(centre)) if centre else 0)):
         above, below = turn != 1, turn != 0
+        moved = 0.0
         for d in order if turn % 2 == 0 else reversed(order):
             row = rows[d]
             wanted: list[tuple[float, float]] = []
             for i in row:
-                pulls = [
-                    (centre[j], w)
-                    for j, w, up in neighbours[i]
-                    if (up and above) or (not up and below)
-                ]
-                total = sum(w for _, w in pulls)
-                wanted.append(
-                    (sum(x * w for x, w in pulls) / total, total) if total else (centre[i], 0.01)
-                )
-            gaps = [
-                (width[a] + width[b]) / 2 + (_NODE_SEP if width[a] and width[b] else _EDGE_SEP)
-                for a, b in pairwise(row)
-            ]
-            for i, x in zip(row, _packed(wanted, gaps), strict=True):
+                total = pull = 0.0
+                for j, w, up in neighbours[i]:
+                    if (up and above) or (not up and below):
+                        total += w
+                        pull += centre[j] * w
+                wanted.append((pull / total, total) if total else (centre[i], 0.01))
+            for i, x in zip(row, _packed(wanted, gaps[d]), strict=True):
+                moved = max(moved, abs(x - centre[i]))
                 centre[i] = x
+        if turn > 1 and moved < 0.1:  # settled
+            break
     return centre
 
 
