@@ -6,10 +6,10 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from ._graph_layout import Layout, Point, edge_route
+from ._graph_layout import FONT_PX, Layout, Point, box_label
 from ._graph_nodes import GraphEdge, GraphNode, node_label
 
-__all__ = ["ARROW_MARKER", "NODE_COLOURS", "edge_svg", "level_dot", "level_svg", "route_svg"]
+__all__ = ["ARROW_MARKER", "NODE_COLOURS", "level_dot", "level_svg", "route_svg"]
 
 NODE_COLOURS = {"module": "#eef3ff", "group": "#fff4dc", "input": "#f3f3f3", "output": "#f3f3f3"}
 """Box fill of each kind of node (SVG, report and matplotlib draw alike)."""
@@ -22,7 +22,7 @@ ARROW_MARKER = (
 
 
 def route_svg(route: Sequence[Point]) -> str:
-    """An SVG arrow along a `Layout` route (two points: a line; four: a cubic curve).
+    """An SVG arrow along a `Layout` route (two points: a line; more: cubic segments).
 
     Example:
         >>> route_svg([(0, 0), (0, 40)])
@@ -34,12 +34,6 @@ def route_svg(route: Sequence[Point]) -> str:
     else:
         path = f"M{x},{y} C" + " ".join(f"{px},{py}" for px, py in rest)
     return f'<path d="{path}" fill="none" stroke="#888" marker-end="url(#arrow)"/>'
-
-
-def edge_svg(x1: float, y1: float, x2: float, y2: float, height: float) -> str:
-    """An SVG arrow from (x1, y1) down to (x2, y2), routed as `edge_route` routes it (boxes
-    `height` high: one that skips layers bends to the right)."""
-    return route_svg(edge_route((x1, y1), (x2, y2), height))
 
 
 def _tooltip(node: GraphNode) -> str:
@@ -58,18 +52,20 @@ def level_svg(nodes: Sequence[GraphNode], edges: Sequence[GraphEdge], drawn: Lay
     shapes, parameters and `extra_repr` fields)."""
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{drawn.width}" '
-        f'height="{drawn.height}" font-family="sans-serif" font-size="11">',
+        f'height="{drawn.height}" font-family="system-ui, sans-serif" font-size="{FONT_PX}">',
         ARROW_MARKER,
-        *(route_svg(route) for route in drawn.routes),
+        *(route_svg(route) for route in drawn.routes if route),
     ]
     for n in nodes:
         x, y, width, height = drawn.boxes[n.id]
         dash = ' stroke-dasharray="5 3"' if n.kind == "group" else ""
+        # A box that opens a level keeps room on its right for the page's "+".
+        middle = x + (width - 12 if n.children else width) / 2
         out.append(
             f'<g><title>{html.escape(_tooltip(n))}</title><rect x="{x}" y="{y}" '
             f'width="{width}" height="{height}" rx="6" fill="{NODE_COLOURS[n.kind]}" '
-            f'stroke="#557"{dash}/><text x="{x + width / 2}" y="{y + height / 2 + 4}" '
-            f'text-anchor="middle">{html.escape(node_label(n))}</text></g>'
+            f'stroke="#557"{dash}/><text x="{middle}" y="{y + height / 2 + 4}" '
+            f'text-anchor="middle">{html.escape(box_label(n))}</text></g>'
         )
     out.append("</svg>")
     return "\n".join(out)

@@ -149,7 +149,7 @@ class AutogradGraph:
                 f"autograd_graph: {len(nodes)} operations are too many to draw usefully; "
                 f"draw one module's with to_svg(module=...) or raise max_nodes="
             )
-        return nodes, edges, layout(nodes, edges, BOX_HEIGHT)
+        return nodes, edges, layout(nodes, edges)
 
     def to_dot(self, module: str | None = None, cluster: bool = True) -> str:
         """Graphviz DOT text: operations as boxes, parameters as red ellipses, inputs blue;

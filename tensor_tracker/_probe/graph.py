@@ -16,9 +16,10 @@ with consecutive calls gathered into group nodes (kind `"group"`), each expandab
 call: its level holds an input placeholder, the grouped calls wired as in the parent level,
 and an output placeholder; `graph.notes` says which levels were grouped.
 
-A pure-Python layered layout (longest-path layers, barycentre ordering) gives each node of
-each level a position and each edge a route, so the graph draws without Graphviz or a
-browser library: as SVG (`to_svg`), DOT text (`to_dot`), a matplotlib figure
+A pure-Python layered layout (`_graph_layout`: longest-path layers, points on the layers a
+long edge passes, barycentre ordering, boxes as wide as their labels) gives each node of
+each level a box and each edge a route, once, so the graph draws alike without Graphviz or
+a browser library: as SVG (`to_svg`), DOT text (`to_dot`), a matplotlib figure
 (`tensor_tracker.plot.module_graph`), or in `tensor_tracker.report(..., graph=...)`.
 
 The work is split as the data flows: `_graph_record` runs the pass with the hooks,
@@ -38,8 +39,8 @@ from torch import nn
 from .._validate import check_int, check_type
 from ..errors import ArgumentValueError
 from ._graph_edges import bound_levels, connect
-from ._graph_format import NODE_COLOURS, edge_svg, level_dot, level_svg
-from ._graph_layout import NODE_HEIGHT, NODE_WIDTH, Layout, layered_layout, layout
+from ._graph_format import NODE_COLOURS, level_dot, level_svg
+from ._graph_layout import NODE_HEIGHT, NODE_WIDTH, Layout, box_label, layout, module_layout
 from ._graph_nodes import GraphEdge, GraphNode, node_label
 from ._graph_record import parse_extra_repr, record_calls
 
@@ -52,10 +53,10 @@ __all__ = [
     "GraphNode",
     "Layout",
     "ModuleGraph",
-    "edge_svg",
-    "layered_layout",
+    "box_label",
     "layout",
     "module_graph",
+    "module_layout",
     "node_label",
     "parse_extra_repr",
     "record_calls",
@@ -115,8 +116,8 @@ class ModuleGraph:
     def level(self, parent: str | None = None) -> dict[str, Any]:
         """`{"nodes": [...], "edges": [...], "positions": {id: (x, y)}, "layout": Layout}`
         for the level of `parent` (default: the model's), with a layered layout (inputs on
-        top): `layout` has each box and each edge's route, as the SVG and the figure draw
-        them; `positions` is `layout.positions`."""
+        top): `layout` has each box and each edge's route, as the SVG, the figure and the
+        page draw them; `positions` is `layout.positions`."""
         if parent is None:
             parent = self.root
         check_type(parent, str, "parent", "a call id such as '0#0' (see graph.nodes) or None")
@@ -126,12 +127,12 @@ class ModuleGraph:
             )
         nodes = self.children(parent)
         edges = self.edges.get(parent, [])
-        drawn = layout(nodes, edges)
+        drawn = module_layout(nodes, edges)
         return {"nodes": nodes, "edges": edges, "positions": drawn.positions, "layout": drawn}
 
     def to_dict(self) -> dict[str, Any]:
-        """Every node and every level's edges and layout, as plain data (what the report
-        embeds)."""
+        """Every node and every level's edges and layout (each box, each edge's route, as
+        `level(id)["layout"]` has them), as plain data: what the report embeds and draws."""
         # One pass over the nodes rather than one per level: models have thousands of calls.
         members: dict[str | None, list[GraphNode]] = {}
         for node in self.nodes.values():
@@ -139,10 +140,20 @@ class ModuleGraph:
         levels = {}
         for parent in [self.root, *(n.id for n in self.nodes.values() if n.children)]:
             nodes, edges = members.get(parent, []), self.edges.get(parent, [])
+            drawn = module_layout(nodes, edges)
             levels[parent] = {
                 "nodes": [n.id for n in nodes],
                 "edges": [dataclasses.asdict(e) for e in edges],
-                "positions": layered_layout(nodes, edges),
+                "positions": drawn.positions,
+                "layout": {
+                    "boxes": drawn.boxes,
+                    "routes": drawn.routes,
+                    "width": drawn.width,
+                    "narrow_width": drawn.narrow_width,
+                    "skip_left": drawn.skip_left,
+                    "height": drawn.height,
+                    "skipped": drawn.skipped,
+                },
             }
         return {
             "root": self.root,

@@ -38,7 +38,7 @@ _FIRST = ("rms", "abs_max", "std", "abs_mean")
 _COUNTS = ("numel", "nonfinite")
 _FRACTION_SUFFIXES = ("_frac", "_overflow", "_underflow", "_subnormal")
 # The JavaScript libraries inlined into the page (see vendor/README.md), in load order.
-_VENDOR = ("uplot-1.6.32.iife.min.js", "dagre-3.1.3.min.js")
+_VENDOR = ("uplot-1.6.32.iife.min.js",)
 _VENDOR_CSS = ("uplot-1.6.32.min.css",)
 # Histograms kept per series: at most this many steps, spread evenly over the run.
 _HIST_STEPS = 200
@@ -428,8 +428,8 @@ def report(
     The colours (Okabe and Ito's palette) stay apart for colour-blind readers, and
     gradients are drawn dashed, so that the dash says it too.
 
-    Charts are drawn by uPlot and the graph laid out by dagre, both inlined (see
-    `tensor_tracker/export/vendor`).
+    Charts are drawn by uPlot, inlined (see `tensor_tracker/export/vendor`); the graph is
+    drawn where `module_graph` laid it out, as its SVG and `plot.module_graph` draw it.
 
     A `Comparison` (`tensor_tracker.compare`, `compare_models`) gets the page of its run
     `a` with the errors against run `b`: the counts and first divergences in the header,

@@ -19,17 +19,13 @@ __all__ = ["GraphView", "graph_view"]
 # around the graph's drawing, added to its layers' height.
 _FIT_MAX = 900
 _CHROME = 170
-# As the page lays a level out (dagre): a node's height, the gap between layers, margins.
-_NODE_H, _RANK_SEP, _MARGIN = 30, 26, 10
 
 
 def fitted_height(graph: ModuleGraph) -> int:
-    """The frame's height for the model's level of `graph` as the page draws it: its layers
-    (longest path, what dagre ranks by), the page around them, within 300 and `_FIT_MAX`."""
-    positions = graph.to_dict()["levels"][graph.root]["positions"]
-    layers = len({y for _, y in positions.values()})
-    drawn = layers * _NODE_H + max(layers - 1, 0) * _RANK_SEP + 2 * _MARGIN
-    return min(max(drawn + _CHROME, 300), _FIT_MAX)
+    """The frame's height for the model's level of `graph` as the page draws it: its
+    layout's height, the page around it, within 300 and `_FIT_MAX`."""
+    drawn = graph.level()["layout"].height
+    return min(max(int(drawn) + _CHROME, 300), _FIT_MAX)
 
 
 class GraphView:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .._optional import require
 from .._probe.autograd_graph import MAX_DRAWN, AutogradGraph
-from .._probe.graph import NODE_COLOURS, GraphEdge, Layout, ModuleGraph, node_label
+from .._probe.graph import NODE_COLOURS, GraphEdge, Layout, ModuleGraph, box_label
 from ..errors import ArgumentTypeError
 from ._figure import MAX_WIDTH, fixed_margins, new_figure, root_figure, themed
 
@@ -25,10 +25,12 @@ MAX_HEIGHT = 40.0
 """The tallest graph figure, in inches: a level of 100 calls in a chain is shrunk to it (its
 text too); draw a group or a sub-level for readable boxes."""
 
-# The layout's unit is the SVG pixel, 1/96 inch; text as the SVG's 10-11 pixels.
+# The layout's unit is the SVG pixel, 1/96 inch; a module box's label at the page's 12
+# pixels (9 points: the box is as wide as that), an operation's at 10 pixels.
 _PX = 1 / 96
-_FONT = 7.5
-# A line of a box holds this many characters at full size (longer ones are cut in the middle).
+_FONT, _OP_FONT = 9.0, 7.5
+# A line of an operation's box holds this many characters at full size (longer ones are cut
+# in the middle).
 _CHARS = 24
 
 _OP_COLOURS = {"op": "#eef3ff", "param": "#fde2e2", "input": "#e2ecfd", "output": "#eeeeee"}
@@ -36,13 +38,17 @@ _OP_COLOURS = {"op": "#eef3ff", "param": "#fde2e2", "input": "#e2ecfd", "output"
 
 @dataclasses.dataclass
 class _Box:
-    """One box to draw: its id (for the patch's `gid`), text, fill, and outline."""
+    """One box to draw: its id (for the patch's `gid`), text, fill, and outline; a module
+    graph's box holds its text on one line (the layout sized it so), and leaves room on
+    its right for the page's `+` when it opens a level."""
 
     id: str
     text: str
     fill: str
     dashed: bool = False
     round: bool = True
+    module: bool = False
+    expandable: bool = False
 
 
 @themed
@@ -51,7 +57,7 @@ def module_graph(
 ) -> Figure:
     """One level of a `tensor_tracker.module_graph` as a matplotlib figure: the same layered
     layout as `graph.to_svg()`, module calls as blue boxes, groups of calls dashed,
-    the level's input and output grey, residual edges bending to the right. Save it as an
+    the level's input and output grey, edges that skip layers running between the boxes. Save it as an
     image with `fig.savefig("graph.png", dpi=150)` (or `.pdf`, `.svg`): no Graphviz needed.
 
     The figure is at most 14 inches wide and `MAX_HEIGHT` (40) tall; a larger level is
@@ -89,7 +95,14 @@ def module_graph(
         )
     level = graph.level(parent)
     boxes = [
-        _Box(n.id, node_label(n), NODE_COLOURS.get(n.kind, "#f3f3f3"), dashed=n.kind == "group")
+        _Box(
+            n.id,
+            box_label(n),
+            NODE_COLOURS.get(n.kind, "#f3f3f3"),
+            dashed=n.kind == "group",
+            module=True,
+            expandable=n.children,
+        )
         for n in level["nodes"]
     ]
     return _draw(boxes, level["edges"], level["layout"], ax)
@@ -158,8 +171,9 @@ def _draw(
     ax.set_xlim(0, right)
     ax.set_ylim(bottom, 0)  # the layout's y grows downwards
     ax.set_aspect("equal", adjustable="box")
-    font = _FONT * scale
     for e, route in zip(edges, drawn.routes, strict=True):
+        if not route:
+            continue
         # Two points: a line; more: cubic Bézier segments, as the SVG's path draws them.
         codes = [
             path_class.MOVETO,
@@ -191,12 +205,12 @@ def _draw(
             )
         )
         ax.text(
-            x + width / 2,
+            x + (width - 12 if b.expandable else width) / 2,
             y + height / 2,
-            _fit(b.text),
+            b.text if b.module else _fit(b.text),
             ha="center",
             va="center",
-            fontsize=font,
+            fontsize=(_FONT if b.module else _OP_FONT) * scale,
             linespacing=1.1,
             color="black",  # on the box's light fill, whatever the notebook's theme
             gid=f"label:{b.id}",

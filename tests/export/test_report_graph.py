@@ -65,10 +65,20 @@ def _open(browser: Any, path: Path, size: tuple[int, int]) -> None:  # noqa: F81
     wait_for(browser, "return document.body.dataset.ready === 'true'")
 
 
-# The drawing as laid out: each edge a polyline through dagre's points, each node a box.
+# The drawing as drawn: each edge its path sampled every 4 pixels, each node a box (its
+# centre, width and height).
 _DRAWN = """
-const lay = layout(graphState.level);
-return {nodes: lay.nodes, edges: lay.edges.map((e) => [e.source, e.target, e.points.map((p) => [p.x, p.y])])};
+const svg = document.getElementById('graph-svg'), nodes = {};
+for (const g of svg.querySelectorAll('g.node')) {
+  const r = g.querySelector('rect'), [x, y, width, height] = ['x', 'y', 'width', 'height'].map((k) => +r.getAttribute(k));
+  nodes[g.dataset.id] = {x: x + width / 2, y: y + height / 2, width, height};
+}
+const edges = [...svg.querySelectorAll('path.edge')].map((p) => {
+  const n = Math.max(2, Math.ceil(p.getTotalLength() / 4)), pts = [];
+  for (let k = 0; k <= n; k++) { const q = p.getPointAtLength(p.getTotalLength() * k / n); pts.push([q.x, q.y]); }
+  return [p.dataset.source, p.dataset.target, pts];
+});
+return {nodes, edges};
 """
 
 
@@ -84,7 +94,7 @@ def _crosses(a: Any, b: Any, c: Any, d: Any) -> bool:
 
 
 def _over_box(p: Any, q: Any, box: Any) -> bool:
-    """Whether segment pq passes through `box` (a dagre node: centre, width, height)."""
+    """Whether segment pq passes through `box` (a node: centre, width, height)."""
     x0, x1 = box["x"] - box["width"] / 2 + 1, box["x"] + box["width"] / 2 - 1
     y0, y1 = box["y"] - box["height"] / 2 + 1, box["y"] + box["height"] / 2 - 1
     for k in range(21):
@@ -139,6 +149,11 @@ def test_gpt2_blocks_in_a_column_with_the_cache_behind_a_toggle(
     assert ys == sorted(ys)
     counts = measure(drawn)
     assert counts["crossings"] == 0 and counts["over_boxes"] == 0, counts
+    # Each box as wide as its label in this browser's font: no label cut.
+    labels = browser.execute_script(
+        "return [...document.querySelectorAll('#graph-svg g.node > text')].map((t) => t.textContent)"
+    )
+    assert len(labels) == 10 and not [t for t in labels if "\u2026" in t], labels
     # The cache's edges (every block reads the blocks before) behind the toggle.
     toggle = browser.find_element("id", "graph-reused")
     assert toggle.is_displayed() and "skip over repeated blocks" in toggle.text

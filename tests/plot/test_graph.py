@@ -76,8 +76,8 @@ def test_a_transformer_as_png_and_pdf() -> None:
     level = graph.level("layers.0#0")
     assert len(_parts(fig, "node:")) == len(level["nodes"]) == 10
     texts = [t.get_text() for t in fig.axes[0].texts]
-    # A long "name (Type)" label breaks before its type to fit the box.
-    assert "self_attn\n(MultiheadAttention)" in texts and "norm1 (LayerNorm)" in texts
+    # Each box as wide as its label on one line, as the page draws it.
+    assert "self_attn (MultiheadAttention)" in texts and "norm1 (LayerNorm)" in texts
     _check_inside(fig)
     out = io.BytesIO()
     fig.savefig(out, format="pdf")
@@ -159,7 +159,7 @@ def test_the_figure_and_the_svg_draw_one_layout() -> None:
         (x, y), *rest = route
         d = f"M{x},{y} " + ("L" if len(rest) == 1 else "C") + " ".join(f"{a},{b}" for a, b in rest)
         assert f'd="{d}"' in svg
-    assert any(len(route) == 4 for route in drawn.routes)  # the skip connection bends
+    assert any(len(route) > 2 for route in drawn.routes)  # the skip connection bends
     for n in level["nodes"]:
         box = patches[f"node:{n.id}"]
         x, y, width, height = drawn.boxes[n.id]
