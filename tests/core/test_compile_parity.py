@@ -145,7 +145,10 @@ def test_compiled_aot_eager_records_what_eager_records(name: str) -> None:
 
 
 @pytest.mark.skipif(not traces_gradients(), reason="torch < 2.13 records gradients eagerly")
-@pytest.mark.parametrize("name", ["sliced_view", "transformer"])
+# The transformer under Inductor is test_compiled_ops_record_what_eager_records' case: the
+# same parity of every module's and parameter's records, with ops too, for one compile
+# (Inductor compiles for most of a minute here).
+@pytest.mark.parametrize("name", ["sliced_view"])
 def test_compiled_inductor_records_what_eager_records(name: str) -> None:
     _assert_parity(name, "inductor")
 
