@@ -70,7 +70,8 @@ def _payload(t: Any) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize("recorded", ["statistics", pytest.param("copies", marks=pytest.mark.slow)])
+@pytest.mark.slow  # trains a GPT and builds its page: about 4 s alone, more beside other tests
+@pytest.mark.parametrize("recorded", ["statistics", "copies"])
 def test_op_and_tap_records_are_rows_under_their_module(
     recorded: str, request: pytest.FixtureRequest
 ) -> None:
