@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from . import _native
+from ._native import shifted_sums
 
 __all__ = [
     "GROUPS",
@@ -269,13 +269,13 @@ def _native_moments4_minmax(x: Tensor) -> list[float] | None:
     `sqrt(_FAR)` standard deviations from it. None without a compiler, and for sums that
     are not finite (NaN, infinities, overflowing powers: the eager kernels decide what
     they come out as)."""
-    sums = _native.shifted_sums(x)
+    sums = shifted_sums(x)
     if sums is None or not math.isfinite(sums[0] + sums[1] + sums[2] + sums[3]):
         return None
     n = x.numel()
     delta = sums[0] / n
     if delta * delta > _FAR * (sums[1] / n - delta * delta):
-        sums = _native.shifted_sums(x, sums[6] + delta)
+        sums = shifted_sums(x, sums[6] + delta)
         assert sums is not None  # the same tensor, through the same kernel
         delta = sums[0] / n
     _, s2, s3, s4, lo, hi, c = sums
