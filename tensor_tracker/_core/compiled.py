@@ -6,8 +6,8 @@ TorchDynamo into the model's graph instead of breaking it: the statistics of the
 and handed out through `emit` (see `graph_sink`) to `_deliver`, which numbers the calls,
 matches each gradient to its forward call (`_Awaiting`) and gives the raw statistics to
 `RecordSink.put_raw`. What cannot be traced (`plan.graph_route`) takes the eager path
-(`EagerHooks.forward_hook`), behind a graph break. The view rule is `grad_hooks.stand_in`,
-as in eager mode.
+(`EagerHooks.forward_hook`), behind a graph break. The view rule is `grad_hooks.stand_in`
+(`traced_stand_in`), as in eager mode.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .._torch_compat import compile_attempt, forget_compiled_code, graph_task_id
 from .clock import Clock
 from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
-from .grad_hooks import stand_in, view_replay
+from .grad_hooks import traced_stand_in, view_replay
 from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
 from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, graph_part, graph_route
 from .records import Kind
@@ -197,10 +197,8 @@ class CompiledHooks:
                     return grad
 
                 tensor.register_hook(grad_hook)  # type: ignore[no-untyped-call]
-                # An op's result is a new tensor, not a view. (Dynamo's traced result of a
-                # matmul of 4-D tensors is a view where the eager one is not: the graph
-                # then reads a base that is None when it runs.)
-                base = None if what & _NEW else stand_in(tensor)
+                # An op's result is a new tensor, not a view (see `traced_stand_in`).
+                base = None if what & _NEW else traced_stand_in(tensor)
                 if base is not None:
                     cut = view_replay(tensor, base)
 
