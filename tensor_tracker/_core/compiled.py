@@ -176,24 +176,43 @@ class CompiledHooks:
 
         return hook
 
-    def _put(self) -> Callable[[Tensor, int, int, int, int, int, int], None]:
+    def _put(self) -> Callable[..., None]:
         """What a traced hook calls to record `tensor` at `site` in the graph:
-        `put(tensor, site, call_id, flags, what, index, length)` emits its statistics and,
+        `put(tensor, site, call_id, flags, what, index, length, attention=None)` emits its
+        statistics (with `attention`, the `(args, kwargs)` of the
+        `scaled_dot_product_attention` call that returned it: `stats.attention_logits`) and,
         for a `HOOKED_OUTPUT` (`what`, possibly with `_INNER`), hooks its gradient (and, for
         a module's output that is a view, its base's: `grad_hooks.stand_in`), delivered
         with `call_id`."""
         fn = self._sink.graph_stats
         emit = emit_op()
         sink = self._open_sink()
+        vectors = fn.graph_vectors
 
         def put(
-            tensor: Tensor, site: int, call_id: int, flags: int, what: int, index: int, length: int
+            tensor: Tensor,
+            site: int,
+            call_id: int,
+            flags: int,
+            what: int,
+            index: int,
+            length: int,
+            attention: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
         ) -> None:
             if what & ~(_INNER | _NEW) == HOOKED_OUTPUT:
                 # Both return the gradient unchanged: under compiled autograd a hook that
                 # returns None replaces it with None.
                 def grad_hook(grad: Tensor) -> Tensor:
-                    emit(fn.graph_raw(grad), sink, site, call_id, grad.numel(), GRAD, _OUTPUT_GRAD)
+                    emit(
+                        fn.graph_raw(grad),
+                        vectors(grad),
+                        sink,
+                        site,
+                        call_id,
+                        grad.numel(),
+                        GRAD,
+                        _OUTPUT_GRAD,
+                    )
                     return grad
 
                 tensor.register_hook(grad_hook)  # type: ignore[no-untyped-call]
@@ -205,13 +224,21 @@ class CompiledHooks:
                     def base_hook(grad: Tensor) -> Tensor:
                         part = cut(grad)
                         emit(
-                            fn.graph_raw(part), sink, site, call_id, part.numel(), GRAD, _BASE_GRAD
+                            fn.graph_raw(part),
+                            vectors(part),
+                            sink,
+                            site,
+                            call_id,
+                            part.numel(),
+                            GRAD,
+                            _BASE_GRAD,
                         )
                         return grad
 
                     base.register_hook(base_hook)  # type: ignore[no-untyped-call]
             emit(
                 fn.graph_raw(tensor),
+                vectors(tensor, attention),
                 sink,
                 site,
                 call_id,
@@ -269,8 +296,10 @@ class CompiledHooks:
 
         return pre_first, pre_last, post_first, post_last
 
-    def inner(self, kind: Kind, outside: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
-        """Records an op's or a tap's value (`kind`) in the graph: `record(name, value)`,
+    def inner(self, kind: Kind, outside: Callable[[str, Any], None]) -> Callable[..., None]:
+        """Records an op's or a tap's value (`kind`) in the graph: `record(name, value,
+        args=(), kwargs=None)` (an op's arguments: an attention call's give
+        `stats.attention_logits` its logits),
         traced, as a record of the module whose call is traced (`owner_hooks`), numbered
         in that call at trace time (`"softmax#0"`; a tap from its second use). Nothing
         while the tracker's own hooks run; `outside(name, value)` (eager) for a value
@@ -310,7 +339,12 @@ class CompiledHooks:
 
         eager = untraced(eager)
 
-        def record(name: str, value: Any) -> None:
+        # An attention op's arguments, for `stats.attention_logits` (when vectors are asked).
+        attention_op = kind == "op" and bool(self._sink.graph_stats.layout.vectors)
+
+        def record(
+            name: str, value: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+        ) -> None:
             token = owners[-1] if owners else _NO_MODULE  # a constant while tracing
             if token == _HOOKS_WORK:
                 return
@@ -326,7 +360,12 @@ class CompiledHooks:
                 return
             tensor, index, length = graph_part(value)
             assert tensor is not None  # graph_route said so
-            put(tensor, site, inner_call(), flags, what | inner_what, index, length)
+            attention = (
+                (args, kwargs or {})
+                if attention_op and name == "scaled_dot_product_attention" and index < 0
+                else None
+            )
+            put(tensor, site, inner_call(), flags, what | inner_what, index, length, attention)
 
         return record
 
@@ -337,6 +376,7 @@ class CompiledHooks:
         fn = self._sink.graph_stats
         emit = emit_op()
         sink = self._open_sink()
+        vectors = fn.graph_vectors
         params = [(reg.site("param", attr), p) for attr, p in reg.params]
         train_only = self._train_only
 
@@ -346,7 +386,16 @@ class CompiledHooks:
                 return
             flags = TRAINING if training else 0
             for site, param in params:
-                emit(fn.graph_raw(param), sink, site, -1, param.numel(), flags, _PARAM)
+                emit(
+                    fn.graph_raw(param),
+                    vectors(param),
+                    sink,
+                    site,
+                    -1,
+                    param.numel(),
+                    flags,
+                    _PARAM,
+                )
 
         return hook
 
@@ -384,6 +433,7 @@ class CompiledHooks:
     def _deliver(
         self,
         raw: Tensor,
+        vectors: list[Tensor],
         site: int,
         call_id: int,
         numel: int,
@@ -408,7 +458,7 @@ class CompiledHooks:
         if what == _PARAM:
             if self._param_steps.get(site) != clock.count:
                 self._param_steps[site] = clock.count
-                self._sink.put_raw(site, 0, clock.step, flags, raw, numel)
+                self._sink.put_raw(site, 0, clock.step, flags, raw, numel, vectors=vectors)
             return
         inner = what & _INNER
         what &= ~(_INNER | _NEW)
@@ -417,7 +467,7 @@ class CompiledHooks:
             call = reg.calls
             if not inner:  # an op or a tap is of the call its module's output ends
                 reg.calls = call + 1
-            self._sink.put_raw(site, call, clock.step, flags, raw, numel, index, length)
+            self._sink.put_raw(site, call, clock.step, flags, raw, numel, index, length, vectors)
             if what == HOOKED_OUTPUT:
                 entry = _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)
                 recent = self._awaiting.setdefault((site, call_id), [])
@@ -446,7 +496,13 @@ class CompiledHooks:
             first = awaiting.base_task != task
         if first:
             self._sink.put_raw(
-                awaiting.site, awaiting.call, awaiting.step, awaiting.flags, raw, numel
+                awaiting.site,
+                awaiting.call,
+                awaiting.step,
+                awaiting.flags,
+                raw,
+                numel,
+                vectors=vectors,
             )
             self._sink.watch_pass()
 
