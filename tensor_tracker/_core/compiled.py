@@ -349,7 +349,10 @@ class CompiledHooks:
             if token == _HOOKS_WORK:
                 return
             if token == _NO_MODULE:
-                outside(name, value)
+                # Traced outside every registered module's call (another tracker's
+                # model): nothing of this tracker's to record, and no graph break.
+                if not torch.compiler.is_compiling():
+                    outside(name, value)
                 return
             site, flags, grad, k = resolve(token, name)
             if flags < 0:

@@ -134,26 +134,31 @@ def stand_in(tensor: Tensor) -> Tensor | None:
 
 def traced_stand_in(tensor: Tensor) -> Tensor | None:
     """`stand_in` as a compiled graph's hook applies it (`CompiledHooks`): the same, but
-    for a view that is its whole base with dimensions split (as many elements, at least
-    as many dimensions), whose base is not hooked.
+    for a view that looks like a batched matmul's result (a 3-D base viewed with more
+    dimensions, the same last two and as many elements), whose base is not hooked.
 
-    Dynamo traces `matmul` through torch's Python decomposition, whose result is a
-    `view` of the `bmm`/`mm` result (`a @ b.transpose(-2, -1)` of 3-D or 4-D tensors,
-    `x @ w` of a 3-D `x`) where eager's `_unsafe_view` returns a new tensor: the graph
-    would read that base at run time and, with the `eager` backend, find None. Such a
-    view's own hook fires unless the view is modified in place; what is left out is the
-    gradient of a whole-base view with dimensions split that a parent modifies in place.
+    Dynamo traces `matmul` through torch's Python decomposition, whose result for 4-D
+    operands (`q @ k.transpose(-2, -1)`) is a `view` of the `bmm` result where eager's
+    `_unsafe_view` returns a new tensor: the graph would read that base at run time and,
+    with the `eager` backend, find None. Such a view's own hook fires unless the view is
+    modified in place; what is left out is the gradient of a real view of that shape that
+    a parent modifies in place.
 
     Example:
-        >>> h = torch.ones(6, 4, requires_grad=True) * 2
-        >>> traced_stand_in(h.view(2, 3, 4)), traced_stand_in(h[:3]) is h
+        >>> h = torch.ones(4, 3, 5, requires_grad=True) * 2
+        >>> traced_stand_in(h.view(2, 2, 3, 5)), traced_stand_in(h[:2]) is h
         (None, True)
-        >>> traced_stand_in(h.view(24)) is h  # dimensions merged (nn.Flatten)
+        >>> traced_stand_in(h.view(2, 6, 5)) is h  # nn.Linear's 3-D output, a split
         True
     """
     base = tensor._base
     # Its shape first: under compile the graph reads what else is asked of it at run time.
-    if base is None or (base.numel() == tensor.numel() and tensor.dim() >= base.dim()):
+    if base is None or (
+        base.dim() == 3
+        and tensor.dim() > 3
+        and tensor.shape[-2:] == base.shape[-2:]
+        and base.numel() == tensor.numel()
+    ):
         return None
     return stand_in(tensor)
 
