@@ -6,8 +6,8 @@ TorchDynamo into the model's graph instead of breaking it: the statistics of the
 and handed out through `emit` (see `graph_sink`) to `_deliver`, which numbers the calls,
 matches each gradient to its forward call (`_Awaiting`) and gives the raw statistics to
 `RecordSink.put_raw`. What cannot be traced (`plan.graph_route`) takes the eager path
-(`EagerHooks.forward_hook`), behind a graph break. The view rule is `grad_hooks.stand_in`,
-as in eager mode.
+(`EagerHooks.forward_hook`), behind a graph break. The view rule is `grad_hooks.stand_in`
+(`traced_stand_in`), as in eager mode.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .._torch_compat import compile_attempt, forget_compiled_code, graph_task_id
 from .clock import Clock
 from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
-from .grad_hooks import stand_in, view_replay
+from .grad_hooks import traced_stand_in, view_replay
 from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
 from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, graph_part, graph_route
 from .records import Kind
@@ -176,44 +176,69 @@ class CompiledHooks:
 
         return hook
 
-    def _put(self) -> Callable[[Tensor, int, int, int, int, int, int], None]:
+    def _put(self) -> Callable[..., None]:
         """What a traced hook calls to record `tensor` at `site` in the graph:
-        `put(tensor, site, call_id, flags, what, index, length)` emits its statistics and,
+        `put(tensor, site, call_id, flags, what, index, length, attention=None)` emits its
+        statistics (with `attention`, the `(args, kwargs)` of the
+        `scaled_dot_product_attention` call that returned it: `stats.attention_logits`) and,
         for a `HOOKED_OUTPUT` (`what`, possibly with `_INNER`), hooks its gradient (and, for
         a module's output that is a view, its base's: `grad_hooks.stand_in`), delivered
         with `call_id`."""
         fn = self._sink.graph_stats
         emit = emit_op()
         sink = self._open_sink()
+        vectors = fn.graph_vectors
 
         def put(
-            tensor: Tensor, site: int, call_id: int, flags: int, what: int, index: int, length: int
+            tensor: Tensor,
+            site: int,
+            call_id: int,
+            flags: int,
+            what: int,
+            index: int,
+            length: int,
+            attention: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
         ) -> None:
             if what & ~(_INNER | _NEW) == HOOKED_OUTPUT:
                 # Both return the gradient unchanged: under compiled autograd a hook that
                 # returns None replaces it with None.
                 def grad_hook(grad: Tensor) -> Tensor:
-                    emit(fn.graph_raw(grad), sink, site, call_id, grad.numel(), GRAD, _OUTPUT_GRAD)
+                    emit(
+                        fn.graph_raw(grad),
+                        vectors(grad),
+                        sink,
+                        site,
+                        call_id,
+                        grad.numel(),
+                        GRAD,
+                        _OUTPUT_GRAD,
+                    )
                     return grad
 
                 tensor.register_hook(grad_hook)  # type: ignore[no-untyped-call]
-                # An op's result is a new tensor, not a view. (Dynamo's traced result of a
-                # matmul of 4-D tensors is a view where the eager one is not: the graph
-                # then reads a base that is None when it runs.)
-                base = None if what & _NEW else stand_in(tensor)
+                # An op's result is a new tensor, not a view (see `traced_stand_in`).
+                base = None if what & _NEW else traced_stand_in(tensor)
                 if base is not None:
                     cut = view_replay(tensor, base)
 
                     def base_hook(grad: Tensor) -> Tensor:
                         part = cut(grad)
                         emit(
-                            fn.graph_raw(part), sink, site, call_id, part.numel(), GRAD, _BASE_GRAD
+                            fn.graph_raw(part),
+                            vectors(part),
+                            sink,
+                            site,
+                            call_id,
+                            part.numel(),
+                            GRAD,
+                            _BASE_GRAD,
                         )
                         return grad
 
                     base.register_hook(base_hook)  # type: ignore[no-untyped-call]
             emit(
                 fn.graph_raw(tensor),
+                vectors(tensor, attention),
                 sink,
                 site,
                 call_id,
@@ -271,8 +296,10 @@ class CompiledHooks:
 
         return pre_first, pre_last, post_first, post_last
 
-    def inner(self, kind: Kind, outside: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
-        """Records an op's or a tap's value (`kind`) in the graph: `record(name, value)`,
+    def inner(self, kind: Kind, outside: Callable[[str, Any], None]) -> Callable[..., None]:
+        """Records an op's or a tap's value (`kind`) in the graph: `record(name, value,
+        args=(), kwargs=None)` (an op's arguments: an attention call's give
+        `stats.attention_logits` its logits),
         traced, as a record of the module whose call is traced (`owner_hooks`), numbered
         in that call at trace time (`"softmax#0"`; a tap from its second use). Nothing
         while the tracker's own hooks run; `outside(name, value)` (eager) for a value
@@ -312,12 +339,20 @@ class CompiledHooks:
 
         eager = untraced(eager)
 
-        def record(name: str, value: Any) -> None:
+        # An attention op's arguments, for `stats.attention_logits` (when vectors are asked).
+        attention_op = kind == "op" and bool(self._sink.graph_stats.layout.vectors)
+
+        def record(
+            name: str, value: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+        ) -> None:
             token = owners[-1] if owners else _NO_MODULE  # a constant while tracing
             if token == _HOOKS_WORK:
                 return
             if token == _NO_MODULE:
-                outside(name, value)
+                # Traced outside every registered module's call (another tracker's
+                # model): nothing of this tracker's to record, and no graph break.
+                if not torch.compiler.is_compiling():
+                    outside(name, value)
                 return
             site, flags, grad, k = resolve(token, name)
             if flags < 0:
@@ -328,7 +363,12 @@ class CompiledHooks:
                 return
             tensor, index, length = graph_part(value)
             assert tensor is not None  # graph_route said so
-            put(tensor, site, inner_call(), flags, what | inner_what, index, length)
+            attention = (
+                (args, kwargs or {})
+                if attention_op and name == "scaled_dot_product_attention" and index < 0
+                else None
+            )
+            put(tensor, site, inner_call(), flags, what | inner_what, index, length, attention)
 
         return record
 
@@ -339,6 +379,7 @@ class CompiledHooks:
         fn = self._sink.graph_stats
         emit = emit_op()
         sink = self._open_sink()
+        vectors = fn.graph_vectors
         params = [(reg.site("param", attr), p) for attr, p in reg.params]
         train_only = self._train_only
 
@@ -348,7 +389,16 @@ class CompiledHooks:
                 return
             flags = TRAINING if training else 0
             for site, param in params:
-                emit(fn.graph_raw(param), sink, site, -1, param.numel(), flags, _PARAM)
+                emit(
+                    fn.graph_raw(param),
+                    vectors(param),
+                    sink,
+                    site,
+                    -1,
+                    param.numel(),
+                    flags,
+                    _PARAM,
+                )
 
         return hook
 
@@ -386,6 +436,7 @@ class CompiledHooks:
     def _deliver(
         self,
         raw: Tensor,
+        vectors: list[Tensor],
         site: int,
         call_id: int,
         numel: int,
@@ -410,7 +461,7 @@ class CompiledHooks:
         if what == _PARAM:
             if self._param_steps.get(site) != clock.count:
                 self._param_steps[site] = clock.count
-                self._sink.put_raw(site, 0, clock.step, flags, raw, numel)
+                self._sink.put_raw(site, 0, clock.step, flags, raw, numel, vectors=vectors)
             return
         inner = what & _INNER
         what &= ~(_INNER | _NEW)
@@ -419,7 +470,7 @@ class CompiledHooks:
             call = reg.calls
             if not inner:  # an op or a tap is of the call its module's output ends
                 reg.calls = call + 1
-            self._sink.put_raw(site, call, clock.step, flags, raw, numel, index, length)
+            self._sink.put_raw(site, call, clock.step, flags, raw, numel, index, length, vectors)
             if what == HOOKED_OUTPUT:
                 entry = _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)
                 recent = self._awaiting.setdefault((site, call_id), [])
@@ -448,7 +499,13 @@ class CompiledHooks:
             first = awaiting.base_task != task
         if first:
             self._sink.put_raw(
-                awaiting.site, awaiting.call, awaiting.step, awaiting.flags, raw, numel
+                awaiting.site,
+                awaiting.call,
+                awaiting.step,
+                awaiting.flags,
+                raw,
+                numel,
+                vectors=vectors,
             )
             self._sink.watch_pass()
 

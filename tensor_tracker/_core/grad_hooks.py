@@ -41,6 +41,7 @@ __all__ = [
     "hook_grad",
     "hook_grad_all",
     "stand_in",
+    "traced_stand_in",
     "unrecordable",
     "view_replay",
 ]
@@ -129,6 +130,37 @@ def stand_in(tensor: Tensor) -> Tensor | None:
     if base is None or not base.requires_grad or base.is_leaf:
         return None
     return base
+
+
+def traced_stand_in(tensor: Tensor) -> Tensor | None:
+    """`stand_in` as a compiled graph's hook applies it (`CompiledHooks`): the same, but
+    for a view that looks like a batched matmul's result (a 3-D base viewed with more
+    dimensions, the same last two and as many elements), whose base is not hooked.
+
+    Dynamo traces `matmul` through torch's Python decomposition, whose result for 4-D
+    operands (`q @ k.transpose(-2, -1)`) is a `view` of the `bmm` result where eager's
+    `_unsafe_view` returns a new tensor: the graph would read that base at run time and,
+    with the `eager` backend, find None. Such a view's own hook fires unless the view is
+    modified in place; what is left out is the gradient of a real view of that shape that
+    a parent modifies in place.
+
+    Example:
+        >>> h = torch.ones(4, 3, 5, requires_grad=True) * 2
+        >>> traced_stand_in(h.view(2, 2, 3, 5)), traced_stand_in(h[:2]) is h
+        (None, True)
+        >>> traced_stand_in(h.view(2, 6, 5)) is h  # nn.Linear's 3-D output, a split
+        True
+    """
+    base = tensor._base
+    # Its shape first: under compile the graph reads what else is asked of it at run time.
+    if base is None or (
+        base.dim() == 3
+        and tensor.dim() > 3
+        and tensor.shape[-2:] == base.shape[-2:]
+        and base.numel() == tensor.numel()
+    ):
+        return None
+    return stand_in(tensor)
 
 
 class ViewSlice:

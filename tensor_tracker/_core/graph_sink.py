@@ -35,8 +35,9 @@ __all__ = [
     "traces_gradients",
 ]
 
-Sink = Callable[[Tensor, int, int, int, int, int, int, int], None]
-"""Receives what a traced hook passed to `emit`: (raw statistics, site, hook call id,
+Sink = Callable[[Tensor, list[Tensor], int, int, int, int, int, int, int], None]
+"""Receives what a traced hook passed to `emit`: (raw statistics, the statistics per
+channel, per sample and per attention head (`StatsFn.graph_vectors`), site, hook call id,
 element count, flags, what they are, and where the tensor was: its position in a tuple of
 that length, or -1 and 0: see `plan.graph_part`)."""
 
@@ -85,6 +86,7 @@ def mark_trace_constant(fn: _F) -> _F:
 
 def _emit(
     raw: Tensor,
+    vectors: list[Tensor],
     sink: int,
     site: int,
     call_id: int,
@@ -96,11 +98,12 @@ def _emit(
 ) -> None:
     found = _SINKS.get(sink)
     if found is not None:
-        found(raw, site, call_id, numel, flags, what, index, length)
+        found(raw, vectors, site, call_id, numel, flags, what, index, length)
 
 
 def _emit_fake(
     raw: Tensor,
+    vectors: list[Tensor],
     sink: int,
     site: int,
     call_id: int,
@@ -114,15 +117,15 @@ def _emit_fake(
 
 
 _SCHEMA = (
-    "emit(Tensor raw, int sink, int site, int call_id, int numel, int flags, int what, "
-    "int index=-1, int length=0) -> ()"
+    "emit(Tensor raw, Tensor[] vectors, int sink, int site, int call_id, int numel, "
+    "int flags, int what, int index=-1, int length=0) -> ()"
 )
 _LIBRARY: Any = None
 
 
 def emit_op() -> Any:
-    """The operator `tensor_tracker::emit(raw, sink, site, call_id, numel, flags, what,
-    index=-1, length=0) -> ()`, defined on first use (needs `can_emit()`).
+    """The operator `tensor_tracker::emit(raw, vectors, sink, site, call_id, numel, flags,
+    what, index=-1, length=0) -> ()`, defined on first use (needs `can_emit()`).
 
     Its kernel is registered for every backend (`CompositeExplicitAutograd`) through
     `torch.library.Library`, not `torch.library.custom_op`, whose Python autograd and

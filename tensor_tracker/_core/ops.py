@@ -238,21 +238,16 @@ class GraphOpsMode(_CallsMode):
     """The mode of `ops=` on a compiled model whose records are made in its graphs:
     pushed and popped by hooks Dynamo traces (`CompiledHooks.owner_hooks`), so Dynamo
     traces it too, and hands each call of a function in `functions` to `record(name,
-    output)` (`CompiledHooks.inner`, traced: it knows the owner at trace time). An
+    output, args, kwargs)` (`CompiledHooks.inner`, traced: it knows the owner at trace time). An
     operation not asked for adds nothing to the graph.
 
     Example:
         >>> seen = []
-        >>> with GraphOpsMode(check_ops("add", "ops="), lambda name, out: seen.append(name)):
+        >>> with GraphOpsMode(check_ops("add", "ops="), lambda name, *call: seen.append(name)):
         ...     _ = torch.ones(1) + 1
         >>> seen
         ['add']
     """
-
-    def __init__(
-        self, functions: Mapping[Callable[..., Any], str], record: Callable[[str, Any], None]
-    ) -> None:
-        super().__init__(functions, lambda name, output, args, kwargs: record(name, output))
 
 
 class OpsHooks:

@@ -203,18 +203,19 @@ class RecordSink:
         numel: int,
         index: int = -1,
         length: int = 0,
+        vectors: list[Tensor] | None = None,
     ) -> None:
         """Keep statistics a compiled graph computed (`graph_stats.graph_raw` of a tensor of
-        `numel` elements) as record (`site`, `call`, `step`, `flags`); with a `length`, of
-        the tensor at `index` of a tuple of `length` otherwise `None` (as `record` keeps
-        attention's `(output, None)`)."""
+        `numel` elements, and its `graph_vectors`) as record (`site`, `call`, `step`,
+        `flags`); with a `length`, of the tensor at `index` of a tuple of `length` otherwise
+        `None` (as `record` keeps attention's `(output, None)`)."""
         self.recorded = True
         columns = self.stashes
         store = columns.store
         assert store is not None
         budget = self._budget
         before = store.nbytes if budget is not None else 0
-        ref = getattr(store, "put_raw")(raw, numel)  # noqa: B009 (a StatsStore's)
+        ref = getattr(store, "put_raw")(raw, numel, vectors)  # noqa: B009 (a StatsStore's)
         if budget is not None:
             budget.count(columns, site, flags, store.nbytes - before)
         if length:

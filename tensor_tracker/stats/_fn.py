@@ -298,13 +298,17 @@ class StatsFn:
             >>> StatsFn([per_sample("mean")]).vectors(torch.tensor([[1.0, 3.0], [0.0, 0.0]]))
             (tensor([2., 0.], dtype=torch.float64),)
         """
-        out = tuple(v(tensor) for v in self._vectors)
+        return tuple(v(tensor) for v in self._vectors) + self._attention_vectors(tensor, attention)
+
+    def _attention_vectors(
+        self, tensor: Tensor, attention: tuple[Sequence[Any], Mapping[str, Any]] | None
+    ) -> tuple[Tensor, ...]:
         if not self._attention:
-            return out
+            return ()
         if attention is None:
             empty = torch.empty(0, dtype=F64, device=tensor.device)
-            return out + (empty,) * (2 * len(self._attention))
-        return out + tuple(v for a in self._attention for v in a.of_call(*attention))
+            return (empty,) * (2 * len(self._attention))
+        return tuple(v for a in self._attention for v in a.of_call(*attention))
 
     def raw(self, tensor: Tensor) -> tuple[list[float] | Tensor | None, int]:
         """The raw vector of `tensor`'s statistics (see `Layout`) and its element count,
@@ -365,16 +369,41 @@ class StatsFn:
 
     @property
     def traceable(self) -> bool:
-        """Whether `graph_raw` can compute these statistics (the built-in ones without
-        range counts: no custom statistic, histogram or format fraction)."""
-        return self._simple
+        """Whether `graph_raw` and `graph_vectors` can compute these statistics (the
+        built-in ones without range counts, per channel / per sample and attention logits
+        included: no custom statistic, histogram or format fraction)."""
+        core = self._core
+        return (
+            core is not None
+            and core.range is None
+            and not self._customs
+            and not self._hists
+            and not self._blocks
+        )
+
+    def graph_vectors(
+        self,
+        tensor: Tensor,
+        attention: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
+    ) -> list[Tensor]:
+        """`vectors` as a compiled graph computes them (`traceable`): tensor operations
+        alone, as a list (what `tensor_tracker::emit` takes); `[]` when none are asked for.
+
+        Example:
+            >>> StatsFn(["mean", per_channel("abs_max")]).graph_vectors(torch.ones(2, 3))
+            [tensor([1., 1., 1.], dtype=torch.float64)]
+        """
+        if not self.layout.vectors:
+            return []
+        x = tensor.detach()  # a compiled graph's tensors are strided
+        return [v.strided(x) for v in self._vectors] + list(self._attention_vectors(x, attention))
 
     def graph_raw(self, tensor: Tensor) -> Tensor:
         """The raw vector of a non-empty `tensor` as tensor operations alone (no host
         floats, no data-dependent shapes), so that TorchDynamo can trace it into a compiled
         graph; only when `traceable`. On the CPU it may differ from `raw` in the last
         bits (one fused moments kernel instead of `sum` and `dot`)."""
-        assert self._core is not None and self._simple
+        assert self._core is not None and self.traceable
         x = tensor.detach()
         magnitude = x.abs() if x.is_complex() else x
         dtype = compute_dtype(magnitude.dtype)

@@ -263,12 +263,18 @@ class StatsStore:
             self._last = None
         return ref
 
-    def put_raw(self, raw: Tensor, numel: int) -> int:
+    def put_raw(self, raw: Tensor, numel: int, vectors: Sequence[Tensor] | None = None) -> int:
         """Keep a raw vector computed elsewhere (`StatsFn.graph_raw`, inside a compiled
-        graph) for a tensor of `numel` elements; return its reference."""
+        graph) for a tensor of `numel` elements, with its vectors (`StatsFn.graph_vectors`;
+        `None`: empty ones); return its reference."""
         ref = self._add(raw, numel, raw.device)
-        for rows in self._vectors:  # not traceable: graph_raw computes none of them
-            rows.add(ref & (_SLOTS - 1), torch.empty(0, dtype=F64, device=raw.device))
+        if self._vectors:
+            slot = ref & (_SLOTS - 1)
+            if not vectors:
+                empty = torch.empty(0, dtype=F64, device=raw.device)
+                vectors = (empty,) * len(self._vectors)
+            for kept, vector in zip(self._vectors, vectors, strict=True):
+                kept.add(slot, vector)
         return ref
 
     def _add(self, raw: list[float] | Tensor | None, numel: int, device: torch.device) -> int:

@@ -51,6 +51,11 @@ class VectorFn:
         x = tensor.detach() if tensor.requires_grad else tensor
         if x.layout != torch.strided:
             x = x.to_dense()
+        return self.strided(x)
+
+    def strided(self, x: Tensor) -> Tensor:
+        """The statistic of a strided tensor `x` that needs no gradient (what a compiled
+        graph's hook has: Dynamo refuses to read a layout there)."""
         nd = x.dim()
         dim = channel_dim(nd) if self.dim is None else self.dim
         if not check_dim(dim, x.shape, self.argument) or x.numel() == 0:
@@ -66,7 +71,7 @@ class VectorFn:
         if not dims:  # a 1-D tensor: each entry is its own channel
             out = x if stat == "mean" else x.abs()
             return out.to(F64)
-        n = math.prod(x.shape[d] for d in dims)
+        n = math.prod([x.shape[d] for d in dims])  # a list: Dynamo traces it, not a generator
         if stat == "mean":
             out = x.mean(dim=dims)
         elif not x.is_cpu:

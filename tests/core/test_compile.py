@@ -320,3 +320,44 @@ def test_untraced_hooks_run_eagerly_inside_and_outside_compiled_code() -> None:
     call(torch.ones(2))
     assert seen == [None, None, None]  # every call ran the hook, never traced
     assert counters["stats"]["unique_graphs"] <= 2  # the graph break at the hook, no more
+
+
+class _Scores(nn.Module):
+    """Returns `q @ k.transpose(-2, -1)`: eager matmul gives a new tensor, Dynamo's traced
+    decomposition a view of its `bmm` result (issue 37: the compiled backward crashed)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1)
+
+
+class _Heads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 8)
+        self.scores = _Scores()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x).view(2, 3, 2, 4).transpose(1, 2)  # [batch, heads, rows, features]
+        out: torch.Tensor = self.scores(h, h).softmax(-1)
+        return out
+
+
+@pytest.mark.skipif(not graph_gradients(), reason="torch < 2.13 records gradients eagerly")
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_a_module_returning_a_4d_matmul_records_its_gradient_when_compiled(backend: str) -> None:
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1))
+    model = _Heads()
+    compiled = torch.compile(model, backend=backend)
+    tracker = track(compiled, stats=True)
+    _run(compiled, tracker, 2, backward=True, inputs=x)
+    assert _breaks() == 0
+    # The gradient of the scores, as autograd computes it.
+    outputs: dict[str, torch.Tensor] = {}
+    model.scores.register_forward_hook(lambda m, a, out: outputs.setdefault("s", out))
+    (grad,) = torch.autograd.grad(model(x).float().pow(2).mean(), [outputs["s"]])
+    frame = tracker.to_frame()
+    rows = frame[(frame["name"] == "scores") & frame["grad"]]
+    assert len(rows) == 2
+    rms = grad.double().pow(2).mean().sqrt().item()
+    assert rows["rms"].tolist() == pytest.approx([rms, rms], rel=1e-4)

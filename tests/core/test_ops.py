@@ -463,6 +463,34 @@ def test_compiled_taps_match_eager_with_no_graph_break() -> None:
 
 
 @pytest.mark.slow  # compiles
+def test_a_tap_in_a_model_another_tracker_does_not_track_adds_no_graph_break() -> None:
+    """Two compiled models, each tracked by its own tracker (a benchmark's floor beside
+    the tracked model): the taps of one are not the other's, and add no graph break."""
+    from torch._dynamo.utils import counters
+
+    class Tapping(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return tap("h", self.fc(x)).tanh()
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    tapping = torch.compile(Tapping(), backend="aot_eager")
+    other = torch.compile(nn.Sequential(nn.Linear(3, 3)), backend="aot_eager")
+    x = torch.randn(2, 3)
+    with track(tapping, stats=True) as mine, track(other, stats=True, ops="add") as theirs:
+        tapping(x).sum().backward()
+        other(x).sum().backward()
+    assert not counters["graph_break"]
+    assert ("", "h", 0, False) in _op_means(mine) and not _op_means(theirs)
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow  # compiles
 def test_compiled_ops_stopped_inside_forward_leave_no_mode_and_no_hook() -> None:
     # max_bytes= stops the tracker at a record the graph hands out in the middle of the
     # forward pass (6 records in): the ops' mode and the owner stack are gone with it.

@@ -294,8 +294,9 @@ class _MaskedAttention(nn.Module):
         self.q, self.kv = nn.Linear(8, 8), nn.Linear(8, 4)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        q = self.q(x).unflatten(-1, (4, 2)).transpose(1, 2)
-        k = self.kv(x).unflatten(-1, (2, 2)).transpose(1, 2)
+        # `view`, not `unflatten`: Dynamo breaks the graph at `unflatten` under a mode.
+        q = self.q(x).view(*x.shape[:2], 4, 2).transpose(1, 2)
+        k = self.kv(x).view(*x.shape[:2], 2, 2).transpose(1, 2)
         out = F.scaled_dot_product_attention(q, k, k, attn_mask=mask, enable_gqa=True)
         return out.transpose(1, 2).flatten(2)
 
@@ -318,6 +319,87 @@ def test_op_records_of_attention_get_the_logits_per_head() -> None:
     want = _reference(_scores(q, k, mask))
     got = tuple(torch.tensor(op[name].iloc[0], dtype=torch.float64) for name in NAMES)
     _check(got, want)  # type: ignore[arg-type]
+    others = frame.drop(op.index)  # module outputs and gradients: no attention call
+    assert others[NAMES[0]].map(len).tolist() == [0] * len(others)
+
+
+class _Block(nn.Module):
+    """`_MaskedAttention` inside a residual block: the attention op is made in
+    `attention`'s own forward, the block's output is a module output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.attention = _MaskedAttention()
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        out: Tensor = x + self.attention(x, mask)
+        return out
+
+
+@pytest.mark.slow  # compiles
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_compiled_model_records_the_logits_per_head_and_per_channel_vectors(
+    backend: str,
+) -> None:
+    """Issue 37: compiled, the attention op's record holds each head's largest logit and
+    mean entropy, and every record its per-channel vector, as the materialised float64
+    scores and autograd's gradients give them; no graph break, no recompile with every=."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = _Block()
+    x, mask = torch.randn(2, 5, 8), torch.randn(5, 5)
+    compiled = torch.compile(model, backend=backend)
+    spec = [*stats.DEFAULT, stats.attention_logits(), stats.per_channel("abs_max")]
+    graphs = []
+    with track(
+        compiled, stats=spec, ops="scaled_dot_product_attention", every=2
+    ) as t:  # steps 0 and 2 recorded
+        for _ in range(4):
+            compiled(x, mask).pow(2).sum().backward()
+            t.step()
+            graphs.append(counters["stats"]["unique_graphs"])
+    assert sum(counters["graph_break"].values()) == 0
+    assert graphs[1] == graphs[-1]
+    torch._dynamo.reset()
+
+    # The references, from the eager model (its weights are unchanged: no optimizer).
+    attention = model.attention
+    outputs: dict[str, Tensor] = {}
+    attention.register_forward_hook(lambda m, a, out: outputs.setdefault("attention", out))
+    with torch.no_grad():
+        q = attention.q(x).unflatten(-1, (4, 2)).transpose(1, 2)
+        k = attention.kv(x).unflatten(-1, (2, 2)).transpose(1, 2)
+    top, entropy = _reference(_scores(q, k, mask))
+    out = model(x, mask)
+    (grad,) = torch.autograd.grad(out.pow(2).sum(), [outputs["attention"]])
+    frame = t.to_frame()
+    assert sorted(set(frame["step"])) == [0, 2]
+    op = frame[(frame["kind"] == "op") & ~frame["grad"]]
+    assert op["attr"].tolist() == ["scaled_dot_product_attention#0"] * 2
+    tolerance = {"rtol": 1e-5, "atol": 1e-5}
+    for row in op.itertuples():
+        np.testing.assert_allclose(row.max_logit_per_head, top.numpy(), **tolerance)
+        np.testing.assert_allclose(row.entropy_per_head, entropy.numpy(), **tolerance)
+    channels = "abs_max_per_channel"
+    for name, grad_record, value in [
+        ("", False, out),
+        ("attention", False, outputs["attention"]),
+        ("attention", True, grad),
+    ]:
+        rows = frame[(frame["name"] == name) & (frame["kind"] == "output")]
+        rows = rows[rows["grad"] == grad_record]
+        want = value.detach().double().abs().amax((0, 1)).numpy()
+        assert len(rows) == 2
+        for got in rows[channels]:
+            np.testing.assert_allclose(got, want, **tolerance)
+    # The op's output, [batch, heads, rows, features]: its channels are the heads.
+    with torch.no_grad():
+        attended = F.scaled_dot_product_attention(q, k, k, attn_mask=mask, enable_gqa=True)
+    for got in op[channels]:
+        np.testing.assert_allclose(got, attended.double().abs().amax((0, 2, 3)), **tolerance)
     others = frame.drop(op.index)  # module outputs and gradients: no attention call
     assert others[NAMES[0]].map(len).tolist() == [0] * len(others)
 
