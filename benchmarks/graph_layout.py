@@ -14,9 +14,7 @@ import json
 import sys
 import tempfile
 from collections.abc import Callable
-from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -26,55 +24,6 @@ from tests.browser import wait_for
 from tools.chromium import offline_chromium
 
 SIZES = {"desktop": (1440, 900), "phone": (390, 844)}
-
-_DRAWN = """
-const svg = document.getElementById('graph-svg');
-const boxes = {};
-for (const g of svg.querySelectorAll('g.node')) {
-  const r = g.querySelector('rect');
-  boxes[g.dataset.id] = ['x', 'y', 'width', 'height'].map((k) => +r.getAttribute(k));
-}
-const edges = [...svg.querySelectorAll('path.edge')].map((p) => {
-  const n = Math.max(2, Math.ceil(p.getTotalLength() / 4)), pts = [];
-  for (let k = 0; k <= n; k++) { const q = p.getPointAtLength(p.getTotalLength() * k / n); pts.push([q.x, q.y]); }
-  return [p.dataset.source, p.dataset.target, pts];
-});
-return {boxes, edges, width: +svg.getAttribute('width'), height: +svg.getAttribute('height')};
-"""
-
-
-def _crosses(a: Any, b: Any, c: Any, d: Any) -> bool:
-    def side(p: Any, q: Any, r: Any) -> float:
-        return float((q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0]))
-
-    return side(c, d, a) * side(c, d, b) < 0 and side(a, b, c) * side(a, b, d) < 0
-
-
-def measure(drawn: dict[str, Any]) -> dict[str, float]:
-    """Crossings between edges with no end in common, edges with a point inside a box other
-    than their ends' (1 pixel in from its sides), and the drawing's size."""
-    edges = drawn["edges"]
-    crossings = 0
-    for i, (s1, t1, p1) in enumerate(edges):
-        for s2, t2, p2 in edges[i + 1 :]:
-            if {s1, t1} & {s2, t2}:
-                continue
-            crossings += any(_crosses(a, b, c, d) for a, b in pairwise(p1) for c, d in pairwise(p2))
-    over = 0
-    for source, target, points in edges:
-        over += any(
-            x + 1 < px < x + w - 1 and y + 1 < py < y + h - 1
-            for node, (x, y, w, h) in drawn["boxes"].items()
-            if node not in (source, target)
-            for px, py in points
-        )
-    return {
-        "edges": len(edges),
-        "crossings": crossings,
-        "over_boxes": over,
-        "width": drawn["width"],
-        "height": drawn["height"],
-    }
 
 
 def _gpt2() -> tt.ModuleGraph:
@@ -133,7 +82,12 @@ def main(shots: Path | None) -> None:
                             shown,
                         )
                         row = {"graph": name, "level": level, "size": size, "skip_edges": shown}
-                        print(json.dumps(row | measure(browser.execute_script(_DRAWN))))
+                        print(
+                            json.dumps(
+                                row
+                                | graph_models.measure(browser.execute_script(graph_models.DRAWN))
+                            )
+                        )
                         if shots is not None:
                             tag = f"{name}-{level.replace('#', '_').replace('<', '').replace('>', '')}"
                             browser.save_screenshot(

@@ -152,3 +152,70 @@ def faults(drawn: Any, edges: list[Any], shown: Any = None) -> dict[str, int]:
             for px, py in samples
         )
     return {"edges": len(drawn_edges), "crossings": crossings, "over_boxes": over}
+
+
+DRAWN = """
+// A drawn level of the page's graph: its boxes (centre, size), its edges sampled every
+// 4 pixels, and the drawing's size.
+const svg = document.getElementById('graph-svg'), nodes = {};
+for (const g of svg.querySelectorAll('g.node')) {
+  const r = g.querySelector('rect'), [x, y, width, height] = ['x', 'y', 'width', 'height'].map((k) => +r.getAttribute(k));
+  nodes[g.dataset.id] = {x: x + width / 2, y: y + height / 2, width, height};
+}
+const edges = [...svg.querySelectorAll('path.edge')].map((p) => {
+  const n = Math.max(2, Math.ceil(p.getTotalLength() / 4)), pts = [];
+  for (let k = 0; k <= n; k++) { const q = p.getPointAtLength(p.getTotalLength() * k / n); pts.push([q.x, q.y]); }
+  return [p.dataset.source, p.dataset.target, pts];
+});
+return {nodes, edges, width: +svg.getAttribute('width'), height: +svg.getAttribute('height')};
+"""
+
+
+def _crosses(a: Any, b: Any, c: Any, d: Any) -> bool:
+    """Whether segments ab and cd cross (touching ends do not count)."""
+
+    def side(p: Any, q: Any, r: Any) -> float:
+        return float((q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0]))
+
+    d1, d2 = side(c, d, a), side(c, d, b)
+    d3, d4 = side(a, b, c), side(a, b, d)
+    return d1 * d2 < 0 and d3 * d4 < 0
+
+
+def _over_box(p: Any, q: Any, box: Any) -> bool:
+    """Whether segment pq passes through `box` (a node: centre, width, height)."""
+    x0, x1 = box["x"] - box["width"] / 2 + 1, box["x"] + box["width"] / 2 - 1
+    y0, y1 = box["y"] - box["height"] / 2 + 1, box["y"] + box["height"] / 2 - 1
+    for k in range(21):
+        x, y = p[0] + (q[0] - p[0]) * k / 20, p[1] + (q[1] - p[1]) * k / 20
+        if x0 < x < x1 and y0 < y < y1:
+            return True
+    return False
+
+
+def measure(drawn: dict[str, Any]) -> dict[str, float]:
+    """Edge crossings, edges over node boxes and the size of a level drawn in the page
+    (what `DRAWN` returns)."""
+    edges = drawn["edges"]
+    crossings = 0
+    for i, (s1, t1, p1) in enumerate(edges):
+        for s2, t2, p2 in edges[i + 1 :]:
+            if {s1, t1} & {s2, t2}:
+                continue
+            crossings += any(_crosses(a, b, c, d) for a, b in pairwise(p1) for c, d in pairwise(p2))
+    over = sum(
+        any(
+            _over_box(a, b, box)
+            for a, b in pairwise(points)
+            for node, box in drawn["nodes"].items()
+            if node not in (source, target)
+        )
+        for source, target, points in edges
+    )
+    return {
+        "edges": len(edges),
+        "crossings": crossings,
+        "over_boxes": over,
+        "width": drawn["width"],
+        "height": drawn["height"],
+    }

@@ -8,7 +8,6 @@ folded. Screenshots go to the test's folder, or to `$TT_SCREENSHOTS`."""
 from __future__ import annotations
 
 import os
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import torch
 
 import tensor_tracker as tt
 from tests.browser import browser, console_errors, wait_for  # noqa: F401  (the fixture)
+from tests.graph_models import DRAWN, measure
 
 pytestmark = pytest.mark.slow
 
@@ -67,64 +67,6 @@ def _open(browser: Any, path: Path, size: tuple[int, int]) -> None:  # noqa: F81
 
 # The drawing as drawn: each edge its path sampled every 4 pixels, each node a box (its
 # centre, width and height).
-_DRAWN = """
-const svg = document.getElementById('graph-svg'), nodes = {};
-for (const g of svg.querySelectorAll('g.node')) {
-  const r = g.querySelector('rect'), [x, y, width, height] = ['x', 'y', 'width', 'height'].map((k) => +r.getAttribute(k));
-  nodes[g.dataset.id] = {x: x + width / 2, y: y + height / 2, width, height};
-}
-const edges = [...svg.querySelectorAll('path.edge')].map((p) => {
-  const n = Math.max(2, Math.ceil(p.getTotalLength() / 4)), pts = [];
-  for (let k = 0; k <= n; k++) { const q = p.getPointAtLength(p.getTotalLength() * k / n); pts.push([q.x, q.y]); }
-  return [p.dataset.source, p.dataset.target, pts];
-});
-return {nodes, edges};
-"""
-
-
-def _crosses(a: Any, b: Any, c: Any, d: Any) -> bool:
-    """Whether segments ab and cd cross (touching ends do not count)."""
-
-    def side(p: Any, q: Any, r: Any) -> float:
-        return float((q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0]))
-
-    d1, d2 = side(c, d, a), side(c, d, b)
-    d3, d4 = side(a, b, c), side(a, b, d)
-    return d1 * d2 < 0 and d3 * d4 < 0
-
-
-def _over_box(p: Any, q: Any, box: Any) -> bool:
-    """Whether segment pq passes through `box` (a node: centre, width, height)."""
-    x0, x1 = box["x"] - box["width"] / 2 + 1, box["x"] + box["width"] / 2 - 1
-    y0, y1 = box["y"] - box["height"] / 2 + 1, box["y"] + box["height"] / 2 - 1
-    for k in range(21):
-        x, y = p[0] + (q[0] - p[0]) * k / 20, p[1] + (q[1] - p[1]) * k / 20
-        if x0 < x < x1 and y0 < y < y1:
-            return True
-    return False
-
-
-def measure(drawn: dict[str, Any]) -> dict[str, int]:
-    """Edge crossings and edges over node boxes in a drawn level (`_DRAWN`)."""
-    edges = drawn["edges"]
-    crossings = 0
-    for i, (s1, t1, p1) in enumerate(edges):
-        for s2, t2, p2 in edges[i + 1 :]:
-            if {s1, t1} & {s2, t2}:
-                continue
-            crossings += any(_crosses(a, b, c, d) for a, b in pairwise(p1) for c, d in pairwise(p2))
-    over = sum(
-        any(
-            _over_box(a, b, box)
-            for a, b in pairwise(points)
-            for node, box in drawn["nodes"].items()
-            if node not in (source, target)
-        )
-        for source, target, points in edges
-    )
-    return {"edges": len(edges), "crossings": crossings, "over_boxes": over}
-
-
 def _open_level(browser: Any) -> None:  # noqa: F811
     plus = browser.find_element("css selector", f'#graph-svg text.expand[data-expand="{LEVEL}"]')
     browser.execute_script(
@@ -142,7 +84,7 @@ def test_gpt2_blocks_in_a_column_with_the_cache_behind_a_toggle(
 ) -> None:
     _open(browser, gpt2["report"], SIZES[size])
     _open_level(browser)
-    drawn = browser.execute_script(_DRAWN)
+    drawn = browser.execute_script(DRAWN)
     xs = {round(drawn["nodes"][b]["x"]) for b in BLOCKS}
     assert len(xs) == 1, f"blocks not in one column: {xs}"
     ys = [drawn["nodes"][b]["y"] for b in BLOCKS]
@@ -163,7 +105,7 @@ def test_gpt2_blocks_in_a_column_with_the_cache_behind_a_toggle(
     browser.save_screenshot(str(_folder(tmp_path) / f"gpt2-{size}.png"))
     browser.find_element("id", "graph-reused-box").click()
     wait_for(browser, "return document.querySelectorAll('#graph-svg path.edge.reused').length")
-    shown = measure(browser.execute_script(_DRAWN))
+    shown = measure(browser.execute_script(DRAWN))
     assert shown["edges"] == counts["edges"] + hidden
     _folder(tmp_path).joinpath(f"gpt2-{size}.txt").write_text(f"hidden: {counts} shown: {shown}\n")
     browser.save_screenshot(str(_folder(tmp_path) / f"gpt2-{size}-all-edges.png"))
