@@ -241,13 +241,16 @@ beyond it, a second pass about the mean."""
 
 def cpu_moments4_minmax(x: Tensor) -> list[float]:
     """`cpu_moments4(x)` followed by `x`'s minimum and maximum (the health preset's raw
-    numbers), through the C kernel when it is compiled (see `_native_moments4_minmax`).
+    numbers), through the C kernel when it is compiled (`_native.moments4_minmax`: one
+    pass of sums about the first element, then a second about the mean when that element
+    lies more than `sqrt(_FAR)` standard deviations from it, the central moments derived
+    from those sums about c = mean - delta).
 
     Example:
         >>> cpu_moments4_minmax(torch.tensor([1.0, 3.0]))
         [2.0, 1.0, 0.0, 1.0, 1.0, 3.0]
     """
-    values = _native_moments4_minmax(x)
+    values = _native.moments4_minmax(x, _FAR)
     return [*_eager_moments4(x), *_cpu_minmax(x)] if values is None else values
 
 
@@ -259,31 +262,8 @@ def cpu_moments4(x: Tensor) -> list[float]:
         >>> cpu_moments4(torch.tensor([1.0, 3.0]))
         [2.0, 1.0, 0.0, 1.0]
     """
-    values = _native_moments4_minmax(x)
+    values = _native.moments4_minmax(x, _FAR)
     return _eager_moments4(x) if values is None else values[:4]
-
-
-def _native_moments4_minmax(x: Tensor) -> list[float] | None:
-    """`cpu_moments4_minmax` from one pass of the C kernel (`_native.shifted_sums`) about
-    the first element, then a second about the mean when that element lies more than
-    `sqrt(_FAR)` standard deviations from it. None without a compiler, and for sums that
-    are not finite (NaN, infinities, overflowing powers: the eager kernels decide what
-    they come out as)."""
-    sums = _native.shifted_sums(x)
-    if sums is None or not math.isfinite(sums[0] + sums[1] + sums[2] + sums[3]):
-        return None
-    n = x.numel()
-    delta = sums[0] / n
-    if delta * delta > _FAR * (sums[1] / n - delta * delta):
-        sums = _native.shifted_sums(x, sums[6] + delta)
-        assert sums is not None  # the same tensor, through the same kernel
-        delta = sums[0] / n
-    _, s2, s3, s4, lo, hi, c = sums
-    # The central moments from those about c = mean - delta.
-    m2 = max(s2 / n - delta * delta, 0.0)
-    m3 = s3 / n - delta * (3 * s2 / n - 2 * delta * delta)
-    m4 = s4 / n - delta * (4 * s3 / n - delta * (6 * s2 / n - 3 * delta * delta))
-    return [c + delta, math.sqrt(m2), m3, m4, lo, hi]
 
 
 def _power_sums(d: Tensor, out: Tensor) -> Tensor:
