@@ -17,8 +17,19 @@ from ..errors import ArgumentValueError, TrackerStateError
 from ._binning import HistogramFn, add_hist_derivers
 from ._blocking import BlocksFn, add_block_derivers, block_empty, block_items
 from ._builtin import plan
-from ._kernels import F64, NAN, REDUCED_AS_THEY_ARE, Core, compute_dtype, flat, host_tensor
+from ._kernels import (
+    _FAR,
+    F64,
+    NAN,
+    REDUCED_AS_THEY_ARE,
+    Core,
+    compute_dtype,
+    cpu_moments4_minmax,
+    flat,
+    host_tensor,
+)
 from ._layout import Layout, column
+from ._native import moments4_minmax
 from ._spec import (
     BLOCK_NAMES,
     DEFAULT,
@@ -129,6 +140,7 @@ class StatsFn:
         "_customs",
         "_hists",
         "_memo",
+        "_native",
         "_range",
         "_simple",
         "_spec_repr",
@@ -243,6 +255,15 @@ class StatsFn:
         count = offsets.get("nonfinite", (-1, 0))[0]
         if count >= 0 and "min" not in offsets:
             finite = None  # the count alone is exact
+        # `stats.health` alone: a float32/float64 CPU tensor goes straight to the C kernel,
+        # which reads it as it is (no detach, no flat view, no dtype or layout test in
+        # Python: a few microseconds less per record); anything else takes `raw`'s path.
+        self._native = (
+            self._simple
+            and self._compiled is None
+            and core is not None
+            and core.host is cpu_moments4_minmax
+        )
         self.watch_slots: tuple[tuple[int, int] | None, int] = (finite, count)
         """What `StatsStore.watch` reads: `(start, length)` of raw-vector slots that are all
         finite exactly when (or, for sums, whenever) the tensor is, and the position of the
@@ -316,6 +337,10 @@ class StatsFn:
             >>> StatsFn(["mean", "max"]).raw(torch.tensor([1.0, 3.0], dtype=torch.float64))
             ([2.0, 1.0, 1.0, 3.0], 2)
         """
+        if self._native:
+            values = moments4_minmax(tensor, _FAR)
+            if values is not None:
+                return values, tensor.numel()
         # Gradients seen in backward hooks need no detaching (one tensor object less).
         x = tensor.detach() if tensor.requires_grad else tensor
         if x.layout != torch.strided:

@@ -106,6 +106,7 @@ _Moments = Callable[[int, int, float, ctypes.Array[ctypes.c_double]], int]
 # The result types, made once (`ctypes.c_double * 7` looks its type up at every call).
 _SUMS_OUT = ctypes.c_double * 7
 _MOMENTS_OUT = ctypes.c_double * 6
+_STRIDED = torch.strided
 
 _LOCK = threading.Lock()
 _KERNELS: dict[torch.dtype, tuple[_Kernel, _Moments]] | None = None
@@ -214,7 +215,8 @@ def shifted_sums(x: Tensor, shift: float = float("nan")) -> list[float] | None:
 
 def moments4_minmax(x: Tensor, far: float) -> list[float] | None:
     """`[mean, std (correction=0), E[(x-mean)**3], E[(x-mean)**4], min, max]` of `x` (as
-    for `shifted_sums`) in float64: one pass about the first element, and a second about
+    for `shifted_sums`, of any shape; a tensor that requires grad is read as it is) in
+    float64: one pass about the first element, and a second about
     the mean when that element lies more than `sqrt(far)` standard deviations from it;
     the moments from the sums as `kernels.cpu_moments4_minmax` documents. None where
     `shifted_sums` is None, and when the sums are not finite (NaN, infinities,
@@ -224,11 +226,15 @@ def moments4_minmax(x: Tensor, far: float) -> list[float] | None:
         >>> moments4_minmax(torch.tensor([1.0, 3.0]), 16.0)
         [2.0, 1.0, 0.0, 1.0, 1.0, 3.0]
     """
-    # Hooks call this cold for every tensor: one Python call, the kernel's checks inline.
+    # Hooks call this cold for every tensor, of any shape, attached to autograd or not, on
+    # any device and layout (`StatsFn.raw` tries it first): the checks inline, the cheap
+    # and decisive ones first (a sparse CSR tensor raises in `is_contiguous`).
+    if type(x) is not Tensor or not x.is_cpu or x.layout is not _STRIDED:
+        return None
     kernels = _KERNELS if _TRIED else _kernels()
     kernel = None if kernels is None else kernels.get(x.dtype)
     n = x.numel()
-    if kernel is None or n == 0 or type(x) is not Tensor or not x.is_contiguous() or not x.is_cpu:
+    if kernel is None or n == 0 or not x.is_contiguous():
         return None
     out = _MOMENTS_OUT()
     return out[:] if kernel[1](x.data_ptr(), n, far, out) else None

@@ -98,7 +98,8 @@ def test_health_statistics_of_a_cpu_tensor_run_no_torch_kernel_over_its_values()
     fn.raw(x)  # compiled on first use
     with _Ops() as ops:
         raw, numel = fn.raw(x)
-    assert ops.names == ["aten.detach.default", "aten.view.default"]
+    # Not even a detached or flat view: the kernel reads the tensor as it is.
+    assert ops.names == []
     assert raw == pytest.approx(float64_reference(x.detach()), rel=1e-10)
     assert numel == 15_000
 
