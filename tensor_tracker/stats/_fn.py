@@ -23,6 +23,7 @@ from ._kernels import (
     NAN,
     REDUCED_AS_THEY_ARE,
     Core,
+    _host_moments_minmax,
     compute_dtype,
     cpu_moments4_minmax,
     flat,
@@ -255,15 +256,14 @@ class StatsFn:
         count = offsets.get("nonfinite", (-1, 0))[0]
         if count >= 0 and "min" not in offsets:
             finite = None  # the count alone is exact
-        # `stats.health` alone: a float32/float64 CPU tensor goes straight to the C kernel,
-        # which reads it as it is (no detach, no flat view, no dtype or layout test in
-        # Python: a few microseconds less per record); anything else takes `raw`'s path.
-        self._native = (
-            self._simple
-            and self._compiled is None
-            and core is not None
-            and core.host is cpu_moments4_minmax
-        )
+        # The health preset's groups, or the default ones (moments and extremes: rms,
+        # abs_max, stats=True): a float32/float64 CPU tensor goes straight to the C kernel
+        # (one pass for all of them), which reads it as it is (no detach, no flat view, no
+        # dtype or layout test in Python: a few microseconds less per record); anything
+        # else takes `raw`'s path. 1: all six numbers; 2: mean, std, min, max.
+        self._native = 0
+        if self._simple and self._compiled is None and core is not None:
+            self._native = {cpu_moments4_minmax: 1, _host_moments_minmax: 2}.get(core.host, 0)
         self.watch_slots: tuple[tuple[int, int] | None, int] = (finite, count)
         """What `StatsStore.watch` reads: `(start, length)` of raw-vector slots that are all
         finite exactly when (or, for sums, whenever) the tensor is, and the position of the
@@ -340,6 +340,8 @@ class StatsFn:
         if self._native:
             values = moments4_minmax(tensor, _FAR)
             if values is not None:
+                if self._native == 2:
+                    values = [values[0], values[1], values[4], values[5]]
                 return values, tensor.numel()
         # Gradients seen in backward hooks need no detaching (one tensor object less).
         x = tensor.detach() if tensor.requires_grad else tensor
