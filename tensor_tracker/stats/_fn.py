@@ -263,7 +263,11 @@ class StatsFn:
         # else takes `raw`'s path. 1: all six numbers; 2: mean, std, min, max.
         self._native = 0
         if self._simple and self._compiled is None and core is not None:
-            self._native = {cpu_moments4_minmax: 1, _host_moments_minmax: 2}.get(core.host, 0)
+            natives: dict[Callable[[Tensor], list[float]], int] = {
+                cpu_moments4_minmax: 1,
+                _host_moments_minmax: 2,
+            }
+            self._native = natives.get(core.host, 0)
         self.watch_slots: tuple[tuple[int, int] | None, int] = (finite, count)
         """What `StatsStore.watch` reads: `(start, length)` of raw-vector slots that are all
         finite exactly when (or, for sums, whenever) the tensor is, and the position of the
