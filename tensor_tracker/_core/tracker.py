@@ -529,13 +529,15 @@ class Recorder:
         # A compiled model's hooks stay attached through the steps `every=` skips (see
         # `step`): the eager ones among them check that the step is recorded.
         gate = self._clock.gate if self._regs.compiled else _as_is
+        # Once per module (it asks torch what it can do): `every=` attaches every
+        # recorded step.
+        setting = self._setting()
         if not self._attached:
             if self._optimizer is not None:
                 hook = gate(self._eager.optimizer_hook(self._regs))
                 handles.append(self._optimizer.register_step_post_hook(hook))
                 if self._updates is not None:
                     handles += self._updates.attach(self._optimizer, self._regs)
-            setting = self._setting()
             self._inner_graph = inner_in_graph(setting)
             quiet = self._quiet()
             self._stash = quiet(self._stash_named)
@@ -559,7 +561,7 @@ class Recorder:
             trainable=tuple(attr for attr, p in reg.params if p.requires_grad),
             traceable_params=traceable_params(reg),
         )
-        plan = plan_hooks(self._setting(), facts)
+        plan = plan_hooks(setting, facts)
         if plan.forward is not None:
             if plan.forward == "graph":
                 hook = self._graph.forward_hook(reg)

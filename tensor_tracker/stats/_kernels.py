@@ -17,16 +17,19 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from ._native import shifted_sums
+from ._native import moments4_minmax
 
 __all__ = [
+    "FAR",
     "GROUPS",
     "REDUCED_AS_THEY_ARE",
     "Core",
     "RawGroup",
     "Thresholds",
     "compute_dtype",
+    "cpu_moments4_minmax",
     "flat",
+    "host_moments_minmax",
     "host_tensor",
 ]
 
@@ -231,7 +234,7 @@ def _eager_moments4(x: Tensor) -> list[float]:
     return [mean, math.sqrt(m2), m3, m4]
 
 
-_FAR = 16.0
+FAR = 16.0
 """How far (in variances: (c - mean)**2 / var) the shift of `shifted_sums` may lie from the
 mean. Within it, turning the sums about `c` into central moments loses at most a few
 hundred times their rounding (the fourth power sum is at most 1 + 4 * 4 + 6 * 16 + 16**2
@@ -241,13 +244,16 @@ beyond it, a second pass about the mean."""
 
 def cpu_moments4_minmax(x: Tensor) -> list[float]:
     """`cpu_moments4(x)` followed by `x`'s minimum and maximum (the health preset's raw
-    numbers), through the C kernel when it is compiled (see `_native_moments4_minmax`).
+    numbers), through the C kernel when it is compiled (`_native.moments4_minmax`: one
+    pass of sums about the first element, then a second about the mean when that element
+    lies more than `sqrt(FAR)` standard deviations from it, the central moments derived
+    from those sums about c = mean - delta).
 
     Example:
         >>> cpu_moments4_minmax(torch.tensor([1.0, 3.0]))
         [2.0, 1.0, 0.0, 1.0, 1.0, 3.0]
     """
-    values = _native_moments4_minmax(x)
+    values = moments4_minmax(x, FAR)
     return [*_eager_moments4(x), *_cpu_minmax(x)] if values is None else values
 
 
@@ -259,31 +265,8 @@ def cpu_moments4(x: Tensor) -> list[float]:
         >>> cpu_moments4(torch.tensor([1.0, 3.0]))
         [2.0, 1.0, 0.0, 1.0]
     """
-    values = _native_moments4_minmax(x)
+    values = moments4_minmax(x, FAR)
     return _eager_moments4(x) if values is None else values[:4]
-
-
-def _native_moments4_minmax(x: Tensor) -> list[float] | None:
-    """`cpu_moments4_minmax` from one pass of the C kernel (`_native.shifted_sums`) about
-    the first element, then a second about the mean when that element lies more than
-    `sqrt(_FAR)` standard deviations from it. None without a compiler, and for sums that
-    are not finite (NaN, infinities, overflowing powers: the eager kernels decide what
-    they come out as)."""
-    sums = shifted_sums(x)
-    if sums is None or not math.isfinite(sums[0] + sums[1] + sums[2] + sums[3]):
-        return None
-    n = x.numel()
-    delta = sums[0] / n
-    if delta * delta > _FAR * (sums[1] / n - delta * delta):
-        sums = shifted_sums(x, sums[6] + delta)
-        assert sums is not None  # the same tensor, through the same kernel
-        delta = sums[0] / n
-    _, s2, s3, s4, lo, hi, c = sums
-    # The central moments from those about c = mean - delta.
-    m2 = max(s2 / n - delta * delta, 0.0)
-    m3 = s3 / n - delta * (3 * s2 / n - 2 * delta * delta)
-    m4 = s4 / n - delta * (4 * s3 / n - delta * (6 * s2 / n - 3 * delta * delta))
-    return [c + delta, math.sqrt(m2), m3, m4, lo, hi]
 
 
 def _power_sums(d: Tensor, out: Tensor) -> Tensor:
@@ -345,7 +328,13 @@ GROUPS: dict[str, RawGroup] = {
 """Every raw group, in the order their slots sit in the raw vector."""
 
 
-def _host_moments_minmax(x: Tensor) -> list[float]:
+def host_moments_minmax(x: Tensor) -> list[float]:
+    """The default groups' numbers (mean, std, min, max) of a CPU tensor: from the health
+    kernel's one pass when it is compiled (float64 sums, one call instead of three torch
+    reductions), else as `cpu_moments` and `aminmax` give them."""
+    values = moments4_minmax(x, FAR)
+    if values is not None:
+        return [values[0], values[1], values[4], values[5]]
     # aminmax first: measured inside real steps, the three passes cost about a microsecond
     # less per tensor in this order (the numbers are the same).
     lo, hi = torch.aminmax(x)
@@ -369,7 +358,7 @@ class Core:
         self.host: Callable[[Tensor], list[float]]
         """The raw numbers of the groups for a CPU tensor, as host floats (no range counts)."""
         if self.groups == default:
-            self.host = _host_moments_minmax
+            self.host = host_moments_minmax
         elif self.groups == (GROUPS["moments4"], GROUPS["minmax"]):  # stats.health
             self.host = cpu_moments4_minmax
         elif len(self.groups) == 1:
