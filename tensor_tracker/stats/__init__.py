@@ -113,10 +113,11 @@ float16/bfloat16/float8 tensors are reduced in float32, integer and bool tensors
 float32/float64 tensors in their own precision (so the squares behind `std`/`rms` of a
 float32 tensor overflow beyond about 1e19). The order of the sums, and so the last bits,
 depend on where they run: eagerly on the CPU, `mean` and `std` come from a sum and a sum of
-squares in that precision, combined in float64; on accelerators, and inside a compiled
-graph (`track(torch.compile(model), stats=True)`) on every device, from `torch.std_mean`,
-rounded to that precision. The two agree to it (about 1e-7 relative for float32 tensors),
-not bit for bit.
+squares in that precision, combined in float64; on accelerators from `torch.std_mean`,
+rounded to that precision; inside a compiled graph (`track(torch.compile(model),
+stats=True)`) on every device, from float64 sums about the tensor's first element (no
+overflow of float32 squares there). They agree to the tensor's precision (about 1e-7
+relative for float32 tensors), not bit for bit.
 
 Modules, from what a user names to what a hook runs and a table reads:
 

@@ -432,14 +432,14 @@ class StatsFn:
     def graph_raw(self, tensor: Tensor) -> Tensor:
         """The raw vector of a non-empty `tensor` as tensor operations alone (no host
         floats, no data-dependent shapes), so that TorchDynamo can trace it into a compiled
-        graph; only when `traceable`. On the CPU it may differ from `raw` in the last
-        bits (one fused moments kernel instead of `sum` and `dot`)."""
+        graph; only when `traceable`. It may differ from `raw` in the last bits (the
+        moments are float64 sums: `Core.graph_raw`)."""
         assert self._core is not None and self.traceable
         x = tensor.detach()
         magnitude = x.abs() if x.is_complex() else x
         dtype = compute_dtype(magnitude.dtype)
         xc = (magnitude if dtype is None else magnitude.to(dtype)).reshape(-1)
-        return self._core.device_raw(xc, None)
+        return self._core.graph_raw(xc)
 
     def store(self) -> StatsStore:
         """A new `StatsStore` for this function's statistics: what a tracker records them

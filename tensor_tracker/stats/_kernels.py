@@ -183,6 +183,28 @@ def _device_moments(x: Tensor) -> tuple[Tensor, Tensor]:
     return mean, std
 
 
+def _graph_moments(x: Tensor) -> tuple[Tensor, Tensor]:
+    """`(mean, std with correction=0)` of a non-empty 1-D tensor as a compiled graph
+    computes them: two float64 sums about a shift `c`, the first element (0 when it is not
+    finite), that Inductor fuses into one loop, often into the producer's. Inductor's CPU
+    `std_mean` is a Welford loop, about 3x the time of these sums on a 256K tensor. The
+    variance loses at most about `n` float64 roundings to the shift, since
+    `(c - mean)**2 <= n * var` for any element `c`: under 1e-9 relative up to 1e7
+    elements, better than the float32 reductions of `_device_moments` and `cpu_moments`.
+
+    Example:
+        >>> [v.item() for v in _graph_moments(torch.tensor([1.0, 3.0]))]
+        [2.0, 1.0]
+    """
+    first = x[0]
+    c = torch.where(torch.isfinite(first), first, torch.zeros_like(first)).to(F64)
+    d = x.to(F64) - c
+    n = x.numel()
+    delta = d.sum() / n
+    var = ((d * d).sum() / n - delta * delta).clamp_min(0.0)
+    return c + delta, var.sqrt()
+
+
 def _device_moments4(x: Tensor) -> tuple[Tensor, ...]:
     # The fourth moment about zero would cancel every digit of a tensor whose mean dwarfs
     # its spread (1e4 + 1e-2 * randn in float32: E[x**4] ~ 1e16, the central part ~ 1e-8),
@@ -289,16 +311,18 @@ class RawGroup:
         empty: each slot's value for an empty tensor.
         device: the kernel for accelerators: 0-d tensors that stay on the device.
         host: the kernel for CPU tensors: Python floats.
+        graph: the kernel a compiled graph runs (`Core.graph_raw`), when not `device`.
     """
 
     slots: tuple[str, ...]
     empty: float
     device: Callable[[Tensor], Sequence[Tensor]]
     host: Callable[[Tensor], list[float]]
+    graph: Callable[[Tensor], Sequence[Tensor]] | None = None
 
 
 GROUPS: dict[str, RawGroup] = {
-    "moments": RawGroup(("mean", "std0"), NAN, _device_moments, cpu_moments),
+    "moments": RawGroup(("mean", "std0"), NAN, _device_moments, cpu_moments, _graph_moments),
     # The moments up to the fourth, about the mean (per element); it stands in for
     # "moments" when both are wanted (see `builtin.raw_plan`).
     "moments4": RawGroup(("mean", "std0", "m3", "m4"), NAN, _device_moments4, cpu_moments4),
@@ -383,6 +407,14 @@ class Core:
             return head
         counts = self._range_counts(x, bounds)
         return counts if head is None else torch.cat((head, counts))
+
+    def graph_raw(self, x: Tensor) -> Tensor:
+        """`device_raw` with no range counts, as a compiled graph computes it: each group's
+        `graph` kernel where it has one, every number converted to float64 on its own
+        (fused into the kernel that reduces it)."""
+        return torch.stack(
+            [s.to(F64) for group in self.groups for s in (group.graph or group.device)(x)]
+        )
 
     def host_raw(self, x: Tensor, bounds: Tensor | None) -> list[float] | Tensor:
         """`device_raw` for a CPU tensor, as a list of floats when there are no counts (a

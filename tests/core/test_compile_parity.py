@@ -30,9 +30,9 @@ VALUES = ["mean", "std", "rms", "min", "max"]
 
 TOLERANCE = {"aot_eager": 1e-5, "inductor": 1e-4}
 """The largest difference allowed between a compiled and an eager statistic, relative to
-the record's rms. Both paths reduce a float32 tensor in float32, in different orders (the
-eager CPU kernels sum and square-sum, the graph runs `std_mean`: see `tensor_tracker.stats`),
-which alone differ by about 1e-7. aot_eager runs the model's own ATen kernels, so its
+the record's rms. The two paths reduce a float32 tensor differently (the eager CPU kernels
+sum and square-sum in float32, the graph sums in float64 about a shift: see
+`stats._kernels._graph_moments`), which alone differ by about 1e-7. aot_eager runs the model's own ATen kernels, so its
 tensors are eager ones (seen: at most 5e-7); Inductor also fuses and reorders the model's
 float32 arithmetic, and two SGD steps carry that rounding into the weights and every later
 record (seen: at most 1.5e-6). Relative to the rms, not to each value: a mean near zero is

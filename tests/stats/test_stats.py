@@ -159,6 +159,28 @@ def test_large_mean_small_spread_keeps_std_accurate() -> None:
     assert got == pytest.approx(x.double().std().item(), rel=1e-3)
 
 
+@pytest.mark.parametrize("first", [None, math.inf, 1e6], ids=["sample", "inf", "outlier"])
+def test_graph_moments_match_float64(first: float | None, device: torch.device) -> None:
+    # What a compiled graph computes: float64 sums about the first element (not a float32
+    # Welford loop, which costs more and is off by ~1e-5 here), exact to float64 rounding
+    # whatever that element is (an outlier; not finite: a shift of 0).
+    x = 1000.0 + torch.randn(100_000, generator=torch.Generator().manual_seed(4)) * 1e-3
+    if first is not None:
+        x[0] = first
+    fn = S.parse(["mean", "std", "min", "max"])
+    got = fn.layout.derive(
+        fn.graph_raw(x.to(device)).cpu()[None],
+        torch.tensor([float(x.numel())], dtype=torch.float64),
+    )
+    want = x.double()
+    if first == math.inf:  # any NaN or inf: mean and std are NaN (the documented rule)
+        assert math.isnan(got["mean"].item()) and math.isnan(got["std"].item())
+    else:
+        assert got["mean"].item() == pytest.approx(want.mean().item(), rel=1e-12)
+        assert got["std"].item() == pytest.approx(want.std().item(), rel=1e-9)
+    assert (got["min"].item(), got["max"].item()) == (want.min().item(), want.max().item())
+
+
 def test_spread_of_huge_equal_values_is_zero_although_their_squares_overflow() -> None:
     # (Not exactly 0: the float32 mean is off by a rounding error, ~1e-7 of it.)
     got = S.compute(torch.full((1000,), 1e20), ["mean", "std", "rms"]).to_dict()
