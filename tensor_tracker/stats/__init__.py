@@ -6,7 +6,7 @@ vector, so a hook never waits for the GPU. The named statistics (`"std"`, `"rms"
 derived from that vector only when they are read, and `stats_table` reads many `Stats` at
 once with one transfer per device. (On the CPU, where nothing runs asynchronously, the few
 numbers are read back as they are computed: that lets mean and spread take one vectorised
-pass fewer, see `_cpu_moments`.)
+pass fewer, see `_kernels.cpu_moments`.)
 
 Built-in statistic names (see `NAMES`):
 

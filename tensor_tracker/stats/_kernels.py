@@ -3,7 +3,7 @@
 The built-in statistics derive from the slots of `GROUPS` (see `tensor_tracker.stats._builtin`);
 `Core` runs the groups a `StatsFn` needs. On accelerators every result stays on the
 device; on the CPU, where an op has finished when it returns, results are read back as host
-floats, which lets the moments take one pass fewer (`cpu_moments`).
+floats, which lets the moments take one pass fewer (`_eager_moments`).
 """
 
 from __future__ import annotations
@@ -120,9 +120,21 @@ def host_tensor(values: list[float]) -> Tensor:
 
 
 def cpu_moments(x: Tensor) -> list[float]:
-    """`(mean, std with correction=0)` of a 1-D float32/float64 CPU tensor.
+    """`(mean, std with correction=0)` of a 1-D float32/float64 CPU tensor: from the C
+    kernel's one pass (float64 sums, as `host_moments_minmax` and `cpu_moments4` take
+    them, so a statistic is the same number whatever else is asked for), else eagerly
+    (`_eager_moments`).
 
-    CPU `var_mean`/`std_mean` are a scalar Welford loop (~10x slower than a vectorised
+    Example:
+        >>> cpu_moments(torch.tensor([1.0, 3.0]))
+        [2.0, 1.0]
+    """
+    values = moments4_minmax(x, FAR)
+    return _eager_moments(x) if values is None else values[:2]
+
+
+def _eager_moments(x: Tensor) -> list[float]:
+    """`cpu_moments` without a compiler. CPU `var_mean`/`std_mean` are a scalar Welford loop (~10x slower than a vectorised
     pass), so this takes `sum(x)` and `dot(x, x)` (two vectorised passes, no temporary) and
     `var = dot/n - mean**2`. That subtraction cancels the leading bits the two terms share:
     when `mean**2` is more than 3 times `var` (under a quarter of `dot/n` remains), the
@@ -362,7 +374,7 @@ def host_moments_minmax(x: Tensor) -> list[float]:
     # aminmax first: measured inside real steps, the three passes cost about a microsecond
     # less per tensor in this order (the numbers are the same).
     lo, hi = torch.aminmax(x)
-    mean, std = cpu_moments(x)
+    mean, std = _eager_moments(x)
     return [mean, std, lo.item(), hi.item()]
 
 
