@@ -126,7 +126,14 @@ def test_the_graph_follows_a_module_picked_in_the_list(
         browser.find_element("id", "menu").click()
     item = browser.find_element("css selector", f'#modules li[data-name="{name}"]')
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", item)
-    item.find_element("css selector", ".name").click()
+    label = item.find_element("css selector", ".name")
+    # On a phone the list is a drawer that slides in: clicked mid-slide, the label is not
+    # interactable yet (seen once in CI).
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 10).until(expected_conditions.element_to_be_clickable(label))
+    label.click()
     wait_for(
         browser,
         f"return document.querySelector('#graph-svg g.node.selected')?.dataset.id === '{name}#0'",
