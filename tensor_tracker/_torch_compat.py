@@ -34,6 +34,7 @@ __all__ = [
     "gradient_node",
     "graph_task_id",
     "keep_in_graph",
+    "never_a_frame",
     "next_sequence_nr",
     "queue_at_end_of_backward",
     "traces_intermediate_hooks",
@@ -138,6 +139,21 @@ def untraced(fn: Callable[..., None]) -> Callable[..., None]:
     skip_code(call.__code__)
     call._torchdynamo_disable = True  # type: ignore[attr-defined]
     return call
+
+
+def never_a_frame(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, which Dynamo still inlines into the graph it traces, but never compiles as a
+    frame of its own when it runs outside a trace (a hook of a module whose call runs
+    eagerly, after a graph break). Such a frame is compiled once for its code and reused
+    for every closure that shares the code: the constants it computed at trace time for
+    one module (the owner token of `core.compiled`) would then stand for all of them.
+    `skip_code` is Dynamo's own; without it, `fn` as it is."""
+    try:
+        from torch._dynamo.eval_frame import skip_code
+    except ImportError:
+        return fn
+    skip_code(fn.__code__)
+    return fn
 
 
 def compiled_callable(module: nn.Module) -> Callable[..., Any] | None:

@@ -20,7 +20,13 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from .._torch_compat import compile_attempt, forget_compiled_code, graph_task_id, untraced
+from .._torch_compat import (
+    compile_attempt,
+    forget_compiled_code,
+    graph_task_id,
+    never_a_frame,
+    untraced,
+)
 from .clock import Clock
 from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
@@ -277,6 +283,7 @@ class CompiledHooks:
         # or the frame's guard on the stack would fail at each; `inner` numbers its ops
         # again in each trace.
         outside = token()
+        outside_counts = tokens[outside][1]
 
         def pre_first(module: nn.Module, args: tuple[Any, ...]) -> None:
             owners.append(_HOOKS_WORK)
@@ -284,7 +291,13 @@ class CompiledHooks:
                 mode.__enter__()  # type: ignore[no-untyped-call]
 
         def pre_last(module: nn.Module, args: tuple[Any, ...]) -> None:
-            owners[-1] = token() if torch.compiler.is_compiling() else outside
+            if torch.compiler.is_compiling():
+                owners[-1] = token()
+            else:
+                # A call run eagerly numbers its ops from 0 again (a forward Dynamo
+                # gave up compiling, past its recompile limit, runs `inner` eagerly).
+                outside_counts.clear()
+                owners[-1] = outside
 
         def post_first(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             owners[-1] = _HOOKS_WORK
@@ -294,7 +307,13 @@ class CompiledHooks:
             if mode is not None and not owners:
                 mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
-        return pre_first, pre_last, post_first, post_last
+        # Inlined where the module's call is traced; run eagerly, never compiled on
+        # their own: one frame compiled for these closures' shared code would give every
+        # module the token of the first (`never_a_frame`).
+        hooks = (pre_first, pre_last, post_first, post_last)
+        for hook in hooks:
+            never_a_frame(hook)
+        return hooks
 
     def inner(self, kind: Kind, outside: Callable[[str, Any], None]) -> Callable[..., None]:
         """Records an op's or a tap's value (`kind`) in the graph: `record(name, value,

@@ -518,6 +518,47 @@ def test_compiled_ops_recorded_eagerly_keep_to_the_steps_every_records() -> None
     torch._dynamo.reset()
 
 
+class _PairAttention(nn.Module):
+    """Returns `(output, weights)` as Hugging Face's eager attention does: two tensors, so
+    its hooks run eagerly, behind a graph break, and Dynamo compiles its `forward` as a
+    frame of its own."""
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        weights = x.softmax(-1)
+        again = weights.softmax(-1)
+        return weights + again, weights
+
+
+class _PairLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = _PairAttention()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.attn(x)[0] * 2
+
+
+@pytest.mark.slow  # compiles
+def test_compiled_ops_of_a_module_called_eagerly_are_its_own_in_every_layer() -> None:
+    # The owner hooks of each layer's attention were compiled as one frame for all layers
+    # (their code is shared): every layer's softmax was named after the first layer's
+    # ("0.attn", call 1, 2, ...). Ten layers: past Dynamo's recompile limit (8), the
+    # attention's forward runs eagerly, and still numbers its ops from 0 at each call.
+    torch.manual_seed(0)
+    model = nn.Sequential(*[_PairLayer() for _ in range(10)])
+    x = torch.randn(2, 5, requires_grad=True)
+    expected = _op_means(_run_steps(model, x, 2, ops="softmax")[0])
+    assert {(n, a) for n, a, _, _ in expected} == {
+        (f"{i}.attn", f"softmax#{k}") for i in range(10) for k in (0, 1)
+    }
+    torch._dynamo.reset()
+    got = _op_means(_run_steps(torch.compile(model, backend="aot_eager"), x, 2, ops="softmax")[0])
+    assert set(got) == set(expected)
+    for key, mean in expected.items():
+        assert got[key] == pytest.approx(mean, rel=1e-5, abs=1e-6), key
+    torch._dynamo.reset()
+
+
 def test_frames_selections_and_comparisons_read_op_records() -> None:
     from tensor_tracker._data.select import select
 
