@@ -3,6 +3,7 @@
 With `stats=` on a compiled model, a module's forward hook (`forward_hook`) is traced by
 TorchDynamo into the model's graph instead of breaking it: the statistics of the output
 (and, through the gradient hooks it registers, of the gradient) are computed in the graph
+(on the CPU, the tensor itself is handed out and they are computed at delivery: `_emitted`)
 and handed out through `emit` (see `graph_sink`) to `_deliver`, which numbers the calls,
 matches each gradient to its forward call (`_Awaiting`) and gives the raw statistics to
 `RecordSink.put_raw`. What cannot be traced (`plan.graph_route`) takes the eager path
