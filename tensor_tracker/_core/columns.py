@@ -76,11 +76,15 @@ class ValueStore(Protocol):
     `store()` method) has its values recorded without a Python object per record."""
 
     def put(
-        self, tensor: Tensor, attention: tuple[Sequence[Any], Mapping[str, Any]] | None = None
+        self,
+        tensor: Tensor,
+        attention: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
+        memo: bool = True,
     ) -> int:
         """Keep the value of `tensor` and return a reference (>= 0) to it; may raise, the
         tracker then records the tensor another way. `attention`: the `(args, kwargs)` of
-        the attention call that returned `tensor` (see `StatsStore.put`)."""
+        the attention call that returned `tensor`; `memo`: whether the last tensor's value
+        may be reused (see `StatsStore.put`)."""
 
     def get(self, ref: int) -> Any:
         """The value `put` returned `ref` for, as the stash function would have given it."""

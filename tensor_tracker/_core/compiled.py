@@ -3,6 +3,7 @@
 With `stats=` on a compiled model, a module's forward hook (`forward_hook`) is traced by
 TorchDynamo into the model's graph instead of breaking it: the statistics of the output
 (and, through the gradient hooks it registers, of the gradient) are computed in the graph
+(on the CPU, the tensor itself is handed out and they are computed at delivery: `_emitted`)
 and handed out through `emit` (see `graph_sink`) to `_deliver`, which numbers the calls,
 matches each gradient to its forward call (`_Awaiting`) and gives the raw statistics to
 `RecordSink.put_raw`. What cannot be traced (`plan.graph_route`) takes the eager path
@@ -51,6 +52,9 @@ _INNER = 8
 which it does not count (the module's output, delivered after it, does)."""
 _NEW = 16
 """Or'ed into `what` with `_INNER`: an op's result, a new tensor (not a view)."""
+_HOST = 32
+"""Or'ed into `what`: `emit`'s `raw` is the CPU tensor itself, whose statistics `_deliver`
+computes as eager tracking does (`_put`)."""
 _HOOKS_WORK = -1
 """On the owner stack (`owner_hooks`): the tracker's own hooks run (their ops are no
 module's)."""
@@ -209,15 +213,16 @@ class CompiledHooks:
                 # Both return the gradient unchanged: under compiled autograd a hook that
                 # returns None replaces it with None.
                 def grad_hook(grad: Tensor) -> Tensor:
+                    raw, host = _emitted(fn, grad)
                     emit(
-                        fn.graph_raw(grad),
+                        raw,
                         vectors(grad),
                         sink,
                         site,
                         call_id,
                         grad.numel(),
                         GRAD,
-                        _OUTPUT_GRAD,
+                        _OUTPUT_GRAD | host,
                     )
                     return grad
 
@@ -229,28 +234,30 @@ class CompiledHooks:
 
                     def base_hook(grad: Tensor) -> Tensor:
                         part = cut(grad)
+                        raw, host = _emitted(fn, part)
                         emit(
-                            fn.graph_raw(part),
+                            raw,
                             vectors(part),
                             sink,
                             site,
                             call_id,
                             part.numel(),
                             GRAD,
-                            _BASE_GRAD,
+                            _BASE_GRAD | host,
                         )
                         return grad
 
                     base.register_hook(base_hook)  # type: ignore[no-untyped-call]
+            raw, host = _emitted(fn, tensor)
             emit(
-                fn.graph_raw(tensor),
+                raw,
                 vectors(tensor, attention),
                 sink,
                 site,
                 call_id,
                 tensor.numel(),
                 flags,
-                what,
+                what | host,
                 index,
                 length,
             )
@@ -408,16 +415,8 @@ class CompiledHooks:
                 return
             flags = TRAINING if training else 0
             for site, param in params:
-                emit(
-                    fn.graph_raw(param),
-                    vectors(param),
-                    sink,
-                    site,
-                    -1,
-                    param.numel(),
-                    flags,
-                    _PARAM,
-                )
+                raw, host = _emitted(fn, param)
+                emit(raw, vectors(param), sink, site, -1, param.numel(), flags, _PARAM | host)
 
         return hook
 
@@ -477,10 +476,14 @@ class CompiledHooks:
         clock = self._clock
         if not clock.recording:
             return
+        host = bool(what & _HOST)
+        what &= ~_HOST
         if what == _PARAM:
             if self._param_steps.get(site) != clock.count:
                 self._param_steps[site] = clock.count
-                self._sink.put_raw(site, 0, clock.step, flags, raw, numel, vectors=vectors)
+                self._sink.put_raw(
+                    site, 0, clock.step, flags, raw, numel, vectors=vectors, tensor=host
+                )
             return
         inner = what & _INNER
         what &= ~(_INNER | _NEW)
@@ -489,7 +492,9 @@ class CompiledHooks:
             call = reg.calls
             if not inner:  # an op or a tap is of the call its module's output ends
                 reg.calls = call + 1
-            self._sink.put_raw(site, call, clock.step, flags, raw, numel, index, length, vectors)
+            self._sink.put_raw(
+                site, call, clock.step, flags, raw, numel, index, length, vectors, host
+            )
             if what == HOOKED_OUTPUT:
                 entry = _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)
                 recent = self._awaiting.setdefault((site, call_id), [])
@@ -525,8 +530,22 @@ class CompiledHooks:
                 raw,
                 numel,
                 vectors=vectors,
+                tensor=host,
             )
             self._sink.watch_pass()
+
+
+def _emitted(fn: Any, tensor: Tensor) -> tuple[Tensor, int]:
+    """What a traced hook hands to `emit` as `raw` for `tensor`, and the bit to or into
+    `what`: on the CPU, when no vectors are asked for, the tensor itself (`_HOST`), whose
+    statistics `_deliver` computes with the eager kernels (`StatsFn.raw`: one pass in C),
+    which take less time than the loops Inductor generates for the same sums, and only in
+    the steps `every=` records; else its raw statistics computed in the graph
+    (`StatsFn.graph_raw`). Vectors stay in the graph: an attention call's arguments,
+    which `stats.attention_logits` reads, are only there."""
+    if tensor.is_cpu and not fn.layout.vectors:
+        return tensor.detach(), _HOST
+    return fn.graph_raw(tensor), 0
 
 
 def recompile(compiled: list[Callable[..., Any]], modules: list[nn.Module]) -> None:

@@ -7,8 +7,9 @@ graph (Dynamo traces a hook on an intermediate tensor since torch 2.13). What th
 leave the graph without a graph break and without Dynamo replaying a Python side effect,
 which would make it guard on (and recompile for) the tracker's state. So they call
 `tensor_tracker::emit`, a custom operator declared to have a side effect (no compiler pass
-drops it), whose kernel gives the statistics to the tracker that owns the sink, at run
-time. The calls run in the order the compiled code computes them: program order with the
+drops it), whose kernel gives the statistics (on the CPU, the tensor itself, whose
+statistics the tracker computes: `compiled._emitted`) to the tracker that owns the sink, at
+run time. The calls run in the order the compiled code computes them: program order with the
 `eager` and `aot_eager` backends, an order of Inductor's choosing (by data dependencies)
 with Inductor, so nothing may depend on it but the order of the records.
 """
@@ -36,8 +37,9 @@ __all__ = [
 ]
 
 Sink = Callable[[Tensor, list[Tensor], int, int, int, int, int, int, int], None]
-"""Receives what a traced hook passed to `emit`: (raw statistics, the statistics per
-channel, per sample and per attention head (`StatsFn.graph_vectors`), site, hook call id,
+"""Receives what a traced hook passed to `emit`: (raw statistics, or the tensor itself,
+the statistics per channel, per sample and per attention head (`StatsFn.graph_vectors`),
+site, hook call id,
 element count, flags, what they are, and where the tensor was: its position in a tuple of
 that length, or -1 and 0: see `plan.graph_part`)."""
 

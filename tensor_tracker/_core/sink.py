@@ -204,18 +204,24 @@ class RecordSink:
         index: int = -1,
         length: int = 0,
         vectors: list[Tensor] | None = None,
+        tensor: bool = False,
     ) -> None:
         """Keep statistics a compiled graph computed (`graph_stats.graph_raw` of a tensor of
         `numel` elements, and its `graph_vectors`) as record (`site`, `call`, `step`,
         `flags`); with a `length`, of the tensor at `index` of a tuple of `length` otherwise
-        `None` (as `record` keeps attention's `(output, None)`)."""
+        `None` (as `record` keeps attention's `(output, None)`). With `tensor`, `raw` is
+        the tensor itself, whose statistics are computed here as eager tracking computes
+        them."""
         self.recorded = True
         columns = self.stashes
         store = columns.store
         assert store is not None
         budget = self._budget
         before = store.nbytes if budget is not None else 0
-        ref = getattr(store, "put_raw")(raw, numel, vectors)  # noqa: B009 (a StatsStore's)
+        if tensor:
+            ref = store.put(raw, memo=False)
+        else:
+            ref = getattr(store, "put_raw")(raw, numel, vectors)  # noqa: B009 (a StatsStore's)
         if budget is not None:
             budget.count(columns, site, flags, store.nbytes - before)
         if length:

@@ -115,9 +115,11 @@ float32 tensor overflow beyond about 1e19). The order of the sums, and so the la
 depend on where they run: eagerly on the CPU, `mean` and `std` come from a sum and a sum of
 squares in that precision, combined in float64; on accelerators from `torch.std_mean`,
 rounded to that precision; inside a compiled graph (`track(torch.compile(model),
-stats=True)`) on every device, from float64 sums about the tensor's first element (no
-overflow of float32 squares there). They agree to the tensor's precision (about 1e-7
-relative for float32 tensors), not bit for bit.
+stats=True)`) on accelerators, and on the CPU when statistics per channel, per sample or
+per head are asked for, from float64 sums about the tensor's first element (no overflow of
+float32 squares there); otherwise a compiled graph on the CPU hands the tensor out and the
+eager CPU kernels compute them, the same numbers as eagerly. They agree to the tensor's
+precision (about 1e-7 relative for float32 tensors), not bit for bit.
 
 Modules, from what a user names to what a hook runs and a table reads:
 

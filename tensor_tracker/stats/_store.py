@@ -213,15 +213,21 @@ class StatsStore:
                     self._note(leaf.raw, leaf.raw.device)
 
     def put(
-        self, tensor: Tensor, attention: tuple[Sequence[Any], Mapping[str, Any]] | None = None
+        self,
+        tensor: Tensor,
+        attention: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
+        memo: bool = True,
     ) -> int:
         """Compute `tensor`'s statistics into the store; return their reference.
         `attention`: the `(args, kwargs)` of the `scaled_dot_product_attention` call that
-        returned `tensor`, for `attention_logits` (see `StatsFn.vectors`)."""
+        returned `tensor`, for `attention_logits` (see `StatsFn.vectors`). `memo=False`:
+        computed again even if `tensor` was the last one put, unchanged by its version
+        counter (a compiled graph's kernels write its buffers in place without counting)."""
         # Hooks call this cold for every tensor: the memo and the CPU rows are inline.
         last = self._last
         if (
-            last is not None
+            memo
+            and last is not None
             and last[0]() is tensor
             and last[1] == tensor._version
             and attention is None
@@ -252,7 +258,7 @@ class StatsStore:
             slot = ref & (_SLOTS - 1)
             for kept, vector in zip(self._vectors, vectors, strict=True):
                 kept.add(slot, vector)
-        if attention is not None:
+        if attention is not None or not memo:
             # Its row holds the call's attention vectors: a module returning the same
             # tensor gets a row of its own, where they are empty.
             self._last = None

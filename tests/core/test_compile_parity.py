@@ -153,6 +153,30 @@ def test_compiled_inductor_records_what_eager_records(name: str) -> None:
     _assert_parity(name, "inductor")
 
 
+def mlp() -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), (torch.randn(5, 8),), {}
+
+
+@pytest.mark.skipif(not traces_gradients(), reason="torch < 2.13 records gradients eagerly")
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_cpu_statistics_are_the_eager_kernels_numbers(backend: str) -> None:
+    # On the CPU a graph hands each tensor out and the eager kernels compute its statistics
+    # (`compiled._emitted`): aot_eager's tensors are eager ones, so every number is the
+    # eager one, bit for bit. Inductor writes the ReLU's output into the linear layer's
+    # buffer (and the gradients likewise) in place, without counting a version: the same
+    # tensor object, whose statistics must be computed again, not taken from the last put.
+    eager = _records(mlp, None)
+    compiled = _records(mlp, backend)
+    assert compiled[KEYS].values.tolist() == eager[KEYS].values.tolist()
+    if backend == "aot_eager":
+        assert compiled[VALUES].values.tolist() == eager[VALUES].values.tolist()
+    else:
+        difference = torch.tensor(compiled[VALUES].values - eager[VALUES].values).abs()
+        scale = torch.tensor(eager["rms"].values)[:, None]
+        assert (difference / scale).max().item() <= TOLERANCE[backend]
+
+
 OPS = ["add", "matmul", "softmax", "linear", "layer_norm", "gelu", "relu"]
 
 
