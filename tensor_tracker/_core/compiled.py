@@ -368,7 +368,13 @@ class CompiledHooks:
                 if attention_op and name == "scaled_dot_product_attention" and index < 0
                 else None
             )
-            put(tensor, site, inner_call(), flags, what | inner_what, index, length, attention)
+            # A tap is called from the model's code, where `ops=`'s mode sees every call:
+            # the statistics `put` computes are the tracker's work, not the module's ops.
+            owners.append(_HOOKS_WORK)
+            try:
+                put(tensor, site, inner_call(), flags, what | inner_what, index, length, attention)
+            finally:
+                owners.pop()
 
         return record
 
