@@ -111,6 +111,10 @@ def test_op_and_tap_records_are_rows_under_their_module(
     ]
     assert all(s["module"] != attn or s["kind"] == "output" for s in data["series"])
     assert all("hist" in s for s in series)
+    if recorded == "copies":  # the channel and sample panels have the op and tap rows too
+        assert {names[r["module"]] for r in data["channels"]["rows"]} >= {SOFTMAX, f"{ATTN}.scores"}
+        entries = data["samples"]["steps"]["4"]["modules"]
+        assert {names[e["module"]] for e in entries} >= {SOFTMAX, f"{ATTN}.scores"}
 
 
 def test_a_finding_that_names_an_op_opens_its_row() -> None:
@@ -176,6 +180,16 @@ def test_the_report_shows_op_rows_under_their_module(
     # From the op to its module and back: the panel links them.
     links = browser.find_elements(By.CSS_SELECTOR, "#panel .family a")
     assert [a.text for a in links] == [ATTN]
+    if recorded == "copies":  # its samples, [batch, heads, rows, keys]: 4 heads
+        label = browser.find_element(By.ID, "sample-values-label").get_attribute("textContent")
+        assert label.endswith("4 channels"), label
+        rows = browser.execute_script("return DATA.channels.rows.map((r) => r.module)")
+        assert (
+            browser.execute_script(
+                "return DATA.modules.findIndex((m) => m.name === arguments[0])", SOFTMAX
+            )
+            in rows
+        )
     _nothing_cut(browser)
     browser.save_screenshot(str(folder / f"ops-softmax-{recorded}-{size}.png"))
     _click(browser, links[0])
