@@ -231,8 +231,12 @@ def test_a_finding_on_a_softmax_opens_it_in_the_report_and_the_graph_view(
     assert finding.get_attribute("data-module") == "0.softmax#0"
     _click(browser, finding.find_element(By.TAG_NAME, "a"))
     assert browser.find_element(By.ID, "panel-title").text.startswith("softmax#0 of 0 (op)")
-    # The graph has no node for an op: its module's is picked.
+    # The graph has no node for an op: its module's is picked, and marked when it is pinned.
     assert highlighted(browser)["selected"] == {"0#0"}
+    browser.execute_script("togglePin(DATA.modules.findIndex((m) => m.name === '0.softmax#0'))")
+    pinned = browser.find_elements(By.CSS_SELECTOR, "#graph-svg g.node.pinned")
+    assert [n.get_attribute("data-id") for n in pinned] == ["0#0"]
+    browser.save_screenshot(str(_folder(tmp_path) / f"ops-pinned-graph-{size}.png"))
     assert console_errors(browser) == []
 
     # graph_view: the module's node opens the module, whose panel links to its ops.
