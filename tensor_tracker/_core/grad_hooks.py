@@ -144,9 +144,9 @@ def traced_stand_in(tensor: Tensor) -> Tensor | None:
     modified in place; what is left out is the gradient of a real view of that shape that
     a parent modifies in place (`h.view(b, heads, t, d)` of a 3-D `h`, then `out += x`
     outside the module): under compile that record is lost. It cannot be told apart here:
-    the traced hook sees the same fake view for both (the op that made it is in Dynamo's
-    graph, not on the tensor), and which of the two it is decides at trace time whether a
-    hook goes on the base, which the `eager` backend's matmul never makes.
+    this rule sees a view and its base, of the same shapes in both cases (the op that made
+    the view is in Dynamo's graph, not on the tensor), and it must decide at trace time
+    whether a hook goes on a base that the `eager` backend's matmul never makes.
 
     Example:
         >>> h = torch.ones(4, 3, 5, requires_grad=True) * 2
