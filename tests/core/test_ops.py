@@ -520,6 +520,31 @@ def test_compiled_ops_recorded_eagerly_keep_to_the_steps_every_records() -> None
     torch._dynamo.reset()
 
 
+class _TwoLayers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.a(x) + self.b(x)
+
+
+@pytest.mark.slow  # compiles
+def test_a_compiled_model_tracked_again_records_its_ops_in_the_same_modules() -> None:
+    # Dynamo keeps the frame that runs the model's own hooks from the first tracker (its
+    # guards see the same hook code): the owner it replays must still be the model.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    compiled = torch.compile(_TwoLayers(), backend="aot_eager")
+    found = []
+    for _ in range(2):
+        with track(compiled, ops="add", stats=True) as t:
+            compiled(torch.randn(2, 4)).sum().backward()
+        found.append(sorted((s.name, s.attr, s.call, s.grad) for s in t if s.kind == "op"))
+    assert found[0] == found[1] == [("", "add#0", 0, False), ("", "add#0", 0, True)]
+    torch._dynamo.reset()
+
+
 def test_frames_selections_and_comparisons_read_op_records() -> None:
     from tensor_tracker._data.select import select
 
