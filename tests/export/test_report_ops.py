@@ -190,6 +190,14 @@ def test_the_report_shows_op_rows_under_their_module(
             )
             in rows
         )
+        # Its label in the channel map, shortened to the room a phone leaves, says "softmax".
+        labels = browser.execute_script(
+            "const at = DATA.modules.findIndex((m) => m.name === arguments[0]);"
+            "return [400, 120].map((px) => shortModuleName(at, px, CH_FONT))",
+            SOFTMAX,
+        )
+        assert labels[0] == f"softmax#0 of {ATTN}"
+        assert labels[1].startswith("\u2026") and labels[1].endswith(".attn.softmax#0")
     _nothing_cut(browser)
     browser.save_screenshot(str(folder / f"ops-softmax-{recorded}-{size}.png"))
     _click(browser, links[0])
