@@ -62,6 +62,10 @@ _NO_MODULE = -2
 """The owner when no registered module's call is being traced."""
 
 
+_TOKENS_PER_MODULE = 1 << 32
+"""Owner tokens (`owner_hooks`) are numbered per module: `position * _TOKENS_PER_MODULE +
+n`, the module's `n`-th traced call, or the last number for its calls outside a trace."""
+
 _AWAITED_CALLS = 64
 """The most calls of one traced hook call whose gradients a tracker still matches."""
 
@@ -129,8 +133,9 @@ class CompiledHooks:
         # when it restarts a trace); it is empty whenever a compiled model is called.
         self._owners: list[int] = []
         # Per token: its registration and how many of each op and tap it made so far (at
-        # trace time).
+        # trace time); the registrations with owner hooks, in the order they were attached.
         self._tokens: dict[int, tuple[Registration, dict[tuple[str, str], int]]] = {}
+        self._owner_regs: list[Registration] = []
         self._inner_calls = 0
 
     def forward_hook(self, reg: Registration) -> Callable[..., None]:
@@ -275,12 +280,19 @@ class CompiledHooks:
         given, is pushed at the outermost call and popped at its end: Dynamo traces it.
 
         A token is a number fixed at trace time (`mark_trace_constant`) for each traced
-        call: ops and taps are numbered within it (`"softmax#1"`)."""
+        call: ops and taps are numbered within it (`"softmax#1"`). It is numbered per
+        module (`_TOKENS_PER_MODULE`), from 0 at every attach: Dynamo keeps a frame
+        compiled under an earlier attach (the tracker's hooks look the same to its
+        guards), and a token it replays must name the same module now."""
         owners = self._owners
         tokens = self._tokens
+        first = len(self._owner_regs) * _TOKENS_PER_MODULE
+        self._owner_regs.append(reg)
+        traced = [0]
 
         def token() -> int:
-            number = len(tokens)
+            number = first + traced[0]
+            traced[0] += 1
             tokens[number] = (reg, {})
             return number
 
@@ -289,8 +301,9 @@ class CompiledHooks:
         # from: Dynamo starts tracing at its `forward`) push the same token at every call,
         # or the frame's guard on the stack would fail at each; `inner` numbers its ops
         # again in each trace.
-        outside = token()
-        outside_counts = tokens[outside][1]
+        outside = first + _TOKENS_PER_MODULE - 1
+        outside_counts: dict[tuple[str, str], int] = {}
+        tokens[outside] = (reg, outside_counts)
 
         def pre_first(module: nn.Module, args: tuple[Any, ...]) -> None:
             owners.append(_HOOKS_WORK)
@@ -333,6 +346,7 @@ class CompiledHooks:
         cannot record (`plan.graph_route`), behind a graph break."""
         owners = self._owners
         tokens = self._tokens
+        owner_regs = self._owner_regs
         site_regs = self._site_regs
         train_only = self._train_only
         put = self._put()
@@ -340,7 +354,8 @@ class CompiledHooks:
 
         def resolve(token: int, name: str) -> tuple[int, int, bool, int]:
             """(site, flags or -1 to skip, grad, number) of a value named `name`."""
-            reg, counts = tokens[token]
+            # A token that a frame compiled under an earlier attach replays: its module's.
+            reg, counts = tokens.setdefault(token, (owner_regs[token // _TOKENS_PER_MODULE], {}))
             key = (name, compile_attempt())
             k = counts.get(key, 0)
             counts[key] = k + 1
@@ -394,7 +409,13 @@ class CompiledHooks:
                 if attention_op and name == "scaled_dot_product_attention" and index < 0
                 else None
             )
-            put(tensor, site, inner_call(), flags, what | inner_what, index, length, attention)
+            # A tap is called from the model's code, where `ops=`'s mode sees every call:
+            # the statistics `put` computes are the tracker's work, not the module's ops.
+            owners.append(_HOOKS_WORK)
+            try:
+                put(tensor, site, inner_call(), flags, what | inner_what, index, length, attention)
+            finally:
+                owners.pop()
 
         return record
 
@@ -440,6 +461,7 @@ class CompiledHooks:
         self._awaiting.clear()
         self._owners.clear()
         self._tokens.clear()
+        self._owner_regs.clear()
         self._inner_calls = 0
 
     def await_only(self, step: int) -> None:

@@ -142,7 +142,11 @@ def traced_stand_in(tensor: Tensor) -> Tensor | None:
     `_unsafe_view` returns a new tensor: the graph would read that base at run time and,
     with the `eager` backend, find None. Such a view's own hook fires unless the view is
     modified in place; what is left out is the gradient of a real view of that shape that
-    a parent modifies in place.
+    a parent modifies in place (`h.view(b, heads, t, d)` of a 3-D `h`, then `out += x`
+    outside the module): under compile that record is lost. It cannot be told apart here:
+    this rule sees a view and its base, of the same shapes in both cases (the op that made
+    the view is in Dynamo's graph, not on the tensor), and it must decide at trace time
+    whether a hook goes on a base that the `eager` backend's matmul never makes.
 
     Example:
         >>> h = torch.ones(4, 3, 5, requires_grad=True) * 2

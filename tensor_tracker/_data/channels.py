@@ -16,6 +16,7 @@ from .._validate import check_bool, check_number, check_type
 from ..errors import ArgumentValueError, NotRecordedError
 from ..stats._spec import channel_dim
 from .frame import holds_copies, recording_frame
+from .select import CHILD_KINDS, member_label
 
 if TYPE_CHECKING:
     import numpy
@@ -50,7 +51,8 @@ class ChannelTable:
     Attributes:
         column: the statistic, e.g. `"abs_max_per_channel"`.
         grad: whether these are gradients.
-        modules: module names, in recording order.
+        modules: module names (an op or tap record inside a module as `"softmax#0 of
+            0.attn"`), in recording order.
         steps: the steps, ascending.
         values: float64 `[modules, steps, channels]`: the statistic per channel, the largest
             over the calls of a step (the mean for `mean_per_channel`); NaN where a module
@@ -134,7 +136,8 @@ def channel_table(
             last).
         column: the per-channel column of `to_frame()`: `"<stat>_per_channel"`.
         grad: read gradients instead of forward values.
-        kind: which records: `"output"` (module outputs, the default), `"input"` or
+        kind: which records: `"output"` (module outputs, the default, with the op and tap
+            records inside modules, named like `"softmax#0 of 0.attn"`), `"input"` or
             `"param"`.
 
     Returns:
@@ -174,7 +177,9 @@ def table_of_frame(frame: Any, stashes: Any, column: str, grad: bool, kind: str)
     """`channel_table` of a recording's frame and stashes (arguments already checked)."""
     np = require("numpy", "pandas")
     stat = column.removesuffix("_per_channel")
-    rows = frame.index[(frame["grad"] == grad) & (frame["kind"] == kind)] if len(frame) else []
+    # An op or tap record inside a module is an output too: a row of its own.
+    kinds = (kind, *CHILD_KINDS) if kind == "output" else (kind,)
+    rows = frame.index[(frame["grad"] == grad) & frame["kind"].isin(kinds)] if len(frame) else []
     if column in frame.columns:
         vectors = {int(r): frame[column].iat[int(r)] for r in rows}
     elif len(frame) and holds_copies(stashes):
@@ -187,6 +192,7 @@ def table_of_frame(frame: Any, stashes: Any, column: str, grad: bool, kind: str)
         )
     names = frame["name"].to_numpy()
     attrs = frame["attr"].to_numpy()
+    record_kinds = frame["kind"].to_numpy()
     step_of = frame["step"].to_numpy()
     kept: dict[str, dict[int, list[Any]]] = {}
     placed: dict[str, list[tuple[int, int, Any]]] = {}  # (place in its step, step, vector)
@@ -196,7 +202,10 @@ def table_of_frame(frame: Any, stashes: Any, column: str, grad: bool, kind: str)
         place = count[step] = count.get(step, -1) + 1
         if not isinstance(v, np.ndarray) or not len(v):
             continue
-        name = str(names[r]) if kind != "param" else f"{names[r]}.{attrs[r]}".lstrip(".")
+        if kind == "param":
+            name = f"{names[r]}.{attrs[r]}".lstrip(".")
+        else:
+            name = member_label(str(names[r]), str(record_kinds[r]), str(attrs[r]))
         kept.setdefault(name, {}).setdefault(step, []).append(v)
         placed.setdefault(name, []).append((place, step, v))
     modules = tuple(kept)

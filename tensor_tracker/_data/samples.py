@@ -20,12 +20,21 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from .._core.records import Stash
 from .._optional import require
 from .._validate import check_bool, check_choice, check_int
 from ..errors import ArgumentValueError, NotRecordedError
 from ..stats import Stats
 from ..stats._spec import channel_dim as channel_dim_of
-from .select import display_name, module_order, recorded_steps, select_from, shown_value
+from .select import (
+    CHILD_KINDS,
+    display_name,
+    member_label,
+    module_order,
+    recorded_steps,
+    select_from,
+    shown_value,
+)
 from .series import empty_error
 
 __all__ = [
@@ -364,6 +373,12 @@ class SampleRows:
     shapes: list[tuple[int, ...]]
 
 
+def _label(stash: Stash) -> str:
+    """How the sample functions name a record: its module's name, or an op or tap record as
+    what it is inside its module (`"softmax#0 of 0.attn"`)."""
+    return member_label(stash.name, stash.kind, stash.attr)
+
+
 def sample_rows(
     recording: Any,
     caller: str,
@@ -392,8 +407,10 @@ def sample_rows(
             f"{caller}(step={step}): no record at that step; recorded steps: "
             f"{steps[:10]}" + (" ..." if len(steps) > 10 else "")
         )
+    # An op or tap record inside a module is an output too, named "softmax#0 of 0.attn".
+    outputs = ("output", *CHILD_KINDS)
     found = select_from(
-        recording, f"{caller}(recording)", names=names, grad=grad, kind="output", step=step
+        recording, f"{caller}(recording)", names=names, grad=grad, kind=outputs, step=step
     )
     found = [s for s in found if s.call == call]
     if not found:
@@ -413,14 +430,15 @@ def sample_rows(
                 "the step with a tracker of copies, e.g. beside the statistics a flight "
                 "recorder tensor_tracker.track(model, keep_steps=3)"
             )
+        label = _label(s)
         if value is None:
-            skipped[s.name] = "its output holds no tensor"
+            skipped[label] = "its output holds no tensor"
         elif value.is_complex() or value.dtype == torch.bool:
-            skipped[s.name] = f"its output is {value.dtype}"
+            skipped[label] = f"its output is {value.dtype}"
         elif value.dim() < 2:
-            skipped[s.name] = f"its output {tuple(value.shape)} has no batch and channel dimensions"
+            skipped[label] = f"its output {tuple(value.shape)} has no batch and channel dimensions"
         else:
-            tensors.setdefault(s.name, value)
+            tensors.setdefault(label, value)
     if not tensors:
         raise NotRecordedError(
             f"{caller}: no output at step {step} has a batch and a channel dimension "
@@ -439,9 +457,12 @@ def sample_rows(
     kept_names, rows, shapes, rms, abs_max = [], [], [], [], []
     # Gradients too in the order the modules ran forward (not that of the backward pass).
     order = (
-        module_order(select_from(recording, f"{caller}(recording)", names=names, step=step))
+        module_order(
+            select_from(recording, f"{caller}(recording)", names=names, kind=outputs, step=step),
+            _label,
+        )
         if grad
-        else module_order(found)
+        else module_order(found, _label)
     )
     for name in order:
         if name not in tensors:

@@ -18,9 +18,10 @@ __all__ = ["channels_payload"]
 _COLUMNS = ("abs_max_per_channel", "rms_per_channel", "abs_mean_per_channel")
 
 
-def channels_payload(frame: Any, stashes: Any, modules: list[str]) -> dict[str, Any] | None:
-    """The channel panel's data: per module of the page (`modules`, by index) whose output
-    has channels, each channel's largest value over the steps (float32, base64) and the
+def channels_payload(frame: Any, stashes: Any, place: dict[str, int]) -> dict[str, Any] | None:
+    """The channel panel's data: per row of the page (`place`: its index by the name the
+    channel table gives it, an op or tap's `"softmax#0 of 0.attn"`) whose output has
+    channels, each channel's largest value over the steps (float32, base64) and the
     outlier channels of `outlier_channels` (same table, same rule as `diagnose`); `None`
     when no statistic per channel was recorded and there are no full copies."""
     np = require("numpy", "pandas")
@@ -36,7 +37,6 @@ def channels_payload(frame: Any, stashes: Any, modules: list[str]) -> dict[str, 
         o.module: (rank, o) for rank, o in enumerate(outlier_channels(table, DEFAULT_OUTLIER_RATIO))
     }
     over_steps = table.over_steps()
-    place = {name: i for i, name in enumerate(modules)}
     rows = []
     # In the module list's order.
     for m, name in sorted(enumerate(table.modules), key=lambda e: place.get(e[1], -1)):

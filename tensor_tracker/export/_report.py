@@ -15,7 +15,7 @@ from .._data.compare import Comparison
 from .._data.copy_histograms import copies_histogram
 from .._data.depth import depth_layout
 from .._data.diagnose import diagnose
-from .._data.select import CHILD_KINDS, ROOT_LABEL
+from .._data.select import CHILD_KINDS, ROOT_LABEL, member_label
 from .._data.series import tensor_label
 from .._files import write_file
 from .._optional import require
@@ -215,6 +215,8 @@ def _payload(recording: Any, title: str, view: str, verdict: bool = True) -> dic
     # A row's name: its module's, or an op or tap's as its module's child ("0.attn.softmax#0").
     modules = [tensor_label(name, attr) if kind else name for name, kind, attr in listed]
     row_of = {row: i for i, row in enumerate(listed)}
+    # Each row by the name the channel and sample tables give it ("softmax#0 of 0.attn").
+    labelled = {member_label(name, kind, attr): i for i, (name, kind, attr) in enumerate(listed)}
     recorded = {_parts(name) for name, kind, _ in listed if not kind}
     types = dict(zip(frame["name"], frame["type"], strict=False))
     hist_name, hist = next(iter(histograms.items()), (None, None))
@@ -339,12 +341,12 @@ def _payload(recording: Any, title: str, view: str, verdict: bool = True) -> dic
         "verdict": _verdict(recording, steps, modules) if verdict else None,
         # Full copies: each sample's values per channel and rms (the sample panel).
         # Not in the graph view, which has no sample panel (up to 5.6 MB saved).
-        "samples": samples_payload(recording, steps, modules)
+        "samples": samples_payload(recording, steps, modules, labelled)
         if columns.copies and view != "graph"
         else None,
         # Statistics per channel (or full copies): the channels x modules panel (not in the
         # graph view, which has none).
-        "channels": channels_payload(frame, recording, modules) if view != "graph" else None,
+        "channels": channels_payload(frame, recording, labelled) if view != "graph" else None,
     }
 
 

@@ -32,9 +32,12 @@ def _finite(values: torch.Tensor) -> list[float | None]:
     return [v if v == v and abs(v) != float("inf") else None for v in values.tolist()]
 
 
-def samples_payload(recording: Any, steps: list[int], modules: list[str]) -> dict[str, Any] | None:
+def samples_payload(
+    recording: Any, steps: list[int], modules: list[str], index: dict[str, int]
+) -> dict[str, Any] | None:
     """The sample panel's data for `recording` (full copies), whose page shows `steps` and
-    `modules` (indices into them); `None` when no step's outputs split into samples.
+    the rows `modules` (`index`: each row's index by the name `sample_rows` gives it, an op
+    or tap's `"softmax#0 of 0.attn"`); `None` when no step's outputs split into samples.
 
     Per step shown (by index into `steps`): per module, its channel and position counts,
     the values `[batch, positions, channels]` (or `[batch, channels]`, each channel's
@@ -42,7 +45,6 @@ def samples_payload(recording: Any, steps: list[int], modules: list[str]) -> dic
     sample's rms and largest |value|, and the sample that stands out most from its batch
     (`SampleStats.outlier`, by rms).
     """
-    index = {name: i for i, name in enumerate(modules)}
     out: dict[str, Any] = {}
     left = SAMPLE_FLOATS
     omitted: list[int] = []
@@ -88,7 +90,7 @@ def samples_payload(recording: Any, steps: list[int], modules: list[str]) -> dic
             # Whether it stands out enough to be marked (SampleStats.outliers' rule).
             "flagged": outlier in stats.outliers("rms"),
             "threshold": OUTLIER_RATIO,
-            "skipped": {n: why for n, why in stats.skipped.items() if n in index},
+            "skipped": {modules[index[n]]: why for n, why in stats.skipped.items() if n in index},
         }
     if not out:
         return None

@@ -361,3 +361,48 @@ def test_a_module_returning_a_4d_matmul_records_its_gradient_when_compiled(backe
     assert len(rows) == 2
     rms = grad.double().pow(2).mean().sqrt().item()
     assert rows["rms"].tolist() == pytest.approx([rms, rms], rel=1e-4)
+
+
+class _Split(nn.Module):
+    """Returns a real view of a 3-D tensor with one more dimension and the same last two:
+    the shape Dynamo's matmul result has (see `grad_hooks.traced_stand_in`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).view(2, 2, 3, 4)
+
+
+class _ChangesItInPlace(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.split = _Split()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.split(x)
+        out.mul_(3)  # the view's own hook never fires: the gradient goes around it
+        return out
+
+
+@pytest.mark.skipif(not graph_gradients(), reason="torch < 2.13 records gradients eagerly")
+@pytest.mark.parametrize(
+    "backend",
+    [
+        None,
+        pytest.param(
+            "aot_eager",
+            marks=pytest.mark.xfail(
+                strict=True, reason="the narrow gap grad_hooks.traced_stand_in documents"
+            ),
+        ),
+    ],
+)
+def test_a_real_view_shaped_like_a_traced_matmul_modified_in_place_keeps_its_gradient(
+    backend: str | None,
+) -> None:
+    x = torch.randn(4, 3, 4, requires_grad=True)
+    model = _ChangesItInPlace()
+    run = model if backend is None else torch.compile(model, backend=backend)
+    with track(run, stats=True) as tracker:
+        run(x).sum().backward()
+    frame = tracker.to_frame()
+    rows = frame[(frame["name"] == "split") & frame["grad"]]
+    assert rows["mean"].tolist() == [pytest.approx(3.0)]  # d (3 * out).sum() / d out

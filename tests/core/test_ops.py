@@ -432,7 +432,10 @@ def test_compiled_ops_match_eager_with_no_graph_break_and_no_recompile() -> None
 
 
 @pytest.mark.slow  # compiles
-def test_compiled_taps_match_eager_with_no_graph_break() -> None:
+# With `ops=` naming an op that the statistics of a tap compute (but the model does not
+# call): the tap's own work is not recorded as the model's op.
+@pytest.mark.parametrize("ops", [None, ["add", "mul"]], ids=["taps", "taps-and-ops"])
+def test_compiled_taps_match_eager_with_no_graph_break(ops: list[str] | None) -> None:
     from torch._dynamo.utils import counters
 
     class Tapping(nn.Module):
@@ -446,16 +449,15 @@ def test_compiled_taps_match_eager_with_no_graph_break() -> None:
 
     torch.manual_seed(0)
     module, x = Tapping(), torch.randn(2, 3)
-    expected = _op_means(_run_steps(module, x, 3, every=2)[0])
+    expected = _op_means(_run_steps(module, x, 3, every=2, ops=ops)[0])
     torch._dynamo.reset()
     counters.clear()
     compiled = torch.compile(module, backend="aot_eager")
-    got = _op_means(_run_steps(compiled, x, 3, every=2)[0])
-    assert (
-        set(got)
-        == set(expected)
-        == {(n, a, s, g) for n in [""] for a in ("h", "h#1") for s in (0, 2) for g in (0, 1)}
-    )
+    got = _op_means(_run_steps(compiled, x, 3, every=2, ops=ops)[0])
+    taps = {(n, a, s, g) for n in [""] for a in ("h", "h#1") for s in (0, 2) for g in (0, 1)}
+    if ops:  # `* 2`, the model's one op of these
+        taps |= {("", "mul#0", s, g) for s in (0, 2) for g in (0, 1)}
+    assert set(got) == set(expected) == taps
     for key, mean in expected.items():
         assert got[key] == pytest.approx(mean, rel=1e-5, abs=1e-6), key
     assert not counters["graph_break"]
@@ -556,6 +558,30 @@ def test_compiled_ops_of_a_module_called_eagerly_are_its_own_in_every_layer() ->
     assert set(got) == set(expected)
     for key, mean in expected.items():
         assert got[key] == pytest.approx(mean, rel=1e-5, abs=1e-6), key
+
+
+class _TwoLayers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.a(x) + self.b(x)
+
+
+@pytest.mark.slow  # compiles
+def test_a_compiled_model_tracked_again_records_its_ops_in_the_same_modules() -> None:
+    # Dynamo keeps the frame that runs the model's own hooks from the first tracker (its
+    # guards see the same hook code): the owner it replays must still be the model.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    compiled = torch.compile(_TwoLayers(), backend="aot_eager")
+    found = []
+    for _ in range(2):
+        with track(compiled, ops="add", stats=True) as t:
+            compiled(torch.randn(2, 4)).sum().backward()
+        found.append(sorted((s.name, s.attr, s.call, s.grad) for s in t if s.kind == "op"))
+    assert found[0] == found[1] == [("", "add#0", 0, False), ("", "add#0", 0, True)]
     torch._dynamo.reset()
 
 

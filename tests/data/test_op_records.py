@@ -230,3 +230,27 @@ def test_diagnose_names_an_operation_whose_result_overflows_a_format() -> None:
     (finding,) = diagnose(t)
     assert (finding.check, finding.modules) == ("fp16_overflow", ("matmul#0 of 1",))
     assert "1 operation result(s) exceed the largest float16" in finding.explanation
+
+
+def test_channel_tables_and_sample_statistics_have_op_rows() -> None:
+    """The per-channel table (report's channel panel, `plot.channel_map`, `diagnose`) and
+    the per-sample statistics (the report's sample panel) read op records as outputs of
+    their own, named as what they are inside their module."""
+    model = _model()
+    spec = [*stats.DEFAULT, stats.per_channel("abs_max")]
+    with track(model, ops=["softmax", "matmul"], stats=spec) as t:
+        model(_x()).sum().backward()
+    with track(model, ops="softmax") as copies:
+        model(_x()).sum().backward()
+    table = tensor_tracker.channel_table(t)
+    assert table.modules[:4] == ("0.qkv", "matmul#0 of 0", "softmax#0 of 0", "matmul#1 of 0")
+    softmax = next(s.first_value for s in copies if s.attr == "softmax#0" and not s.grad)
+    m = table.modules.index("softmax#0 of 0")
+    # The softmax's [batch, heads, rows, keys] per channel (heads): its largest |value| each.
+    expected = softmax.abs().amax(dim=(0, 2, 3))
+    assert table.values[m, 0, : table.widths[m]] == pytest.approx(expected.tolist(), rel=1e-6)
+    found = tensor_tracker.sample_stats(copies)
+    assert found.names[:3] == ["0.qkv", "softmax#0 of 0", "0"]
+    k = found.names.index("softmax#0 of 0")
+    rms = softmax.double().flatten(1).square().mean(1).sqrt()
+    assert found.rms[k].tolist() == pytest.approx(rms.tolist())

@@ -111,6 +111,10 @@ def test_op_and_tap_records_are_rows_under_their_module(
     ]
     assert all(s["module"] != attn or s["kind"] == "output" for s in data["series"])
     assert all("hist" in s for s in series)
+    if recorded == "copies":  # the channel and sample panels have the op and tap rows too
+        assert {names[r["module"]] for r in data["channels"]["rows"]} >= {SOFTMAX, f"{ATTN}.scores"}
+        entries = data["samples"]["steps"]["4"]["modules"]
+        assert {names[e["module"]] for e in entries} >= {SOFTMAX, f"{ATTN}.scores"}
 
 
 def test_a_finding_that_names_an_op_opens_its_row() -> None:
@@ -176,6 +180,24 @@ def test_the_report_shows_op_rows_under_their_module(
     # From the op to its module and back: the panel links them.
     links = browser.find_elements(By.CSS_SELECTOR, "#panel .family a")
     assert [a.text for a in links] == [ATTN]
+    if recorded == "copies":  # its samples, [batch, heads, rows, keys]: 4 heads
+        label = browser.find_element(By.ID, "sample-values-label").get_attribute("textContent")
+        assert label.endswith("4 channels"), label
+        rows = browser.execute_script("return DATA.channels.rows.map((r) => r.module)")
+        assert (
+            browser.execute_script(
+                "return DATA.modules.findIndex((m) => m.name === arguments[0])", SOFTMAX
+            )
+            in rows
+        )
+        # Its label in the channel map, shortened to the room a phone leaves, says "softmax".
+        labels = browser.execute_script(
+            "const at = DATA.modules.findIndex((m) => m.name === arguments[0]);"
+            "return [400, 120].map((px) => shortModuleName(at, px, CH_FONT))",
+            SOFTMAX,
+        )
+        assert labels[0] == f"softmax#0 of {ATTN}"
+        assert labels[1].startswith("\u2026") and labels[1].endswith(".attn.softmax#0")
     _nothing_cut(browser)
     browser.save_screenshot(str(folder / f"ops-softmax-{recorded}-{size}.png"))
     _click(browser, links[0])
@@ -217,8 +239,12 @@ def test_a_finding_on_a_softmax_opens_it_in_the_report_and_the_graph_view(
     assert finding.get_attribute("data-module") == "0.softmax#0"
     _click(browser, finding.find_element(By.TAG_NAME, "a"))
     assert browser.find_element(By.ID, "panel-title").text.startswith("softmax#0 of 0 (op)")
-    # The graph has no node for an op: its module's is picked.
+    # The graph has no node for an op: its module's is picked, and marked when it is pinned.
     assert highlighted(browser)["selected"] == {"0#0"}
+    browser.execute_script("togglePin(DATA.modules.findIndex((m) => m.name === '0.softmax#0'))")
+    pinned = browser.find_elements(By.CSS_SELECTOR, "#graph-svg g.node.pinned")
+    assert [n.get_attribute("data-id") for n in pinned] == ["0#0"]
+    browser.save_screenshot(str(_folder(tmp_path) / f"ops-pinned-graph-{size}.png"))
     assert console_errors(browser) == []
 
     # graph_view: the module's node opens the module, whose panel links to its ops.
