@@ -661,10 +661,12 @@ def floor_row(
     floor_factory: Make | None,
     rounds: int,
     clock: Callable[[], float] = time.thread_time,
+    warmup: int = 20,
 ) -> FloorRow:
     """A training step of `untracked` on `x` (with an Adam step when `adam`), of a copy
     tracked by `factory` and of one under `floor_factory` (or untracked), interleaved by
-    `_triples` for `rounds` rounds and timed by `clock` (see `device_clock`)."""
+    `_triples` for `rounds` rounds and timed by `clock` (see `device_clock`), after `warmup`
+    untracked steps (which give the untracked step's time)."""
     models = [untracked, copy.deepcopy(untracked), copy.deepcopy(untracked)]
     # Making an optimizer imports torch._dynamo, as in any training script: every row
     # has the tracker's hooks behind `untraced` (see `_torch_compat.untraced`).
@@ -676,7 +678,7 @@ def floor_row(
             optimizers[id(model)].step()
 
     times = []
-    for _ in range(20):
+    for _ in range(warmup):
         start = clock()
         step(untracked)
         times.append(clock() - start)
@@ -719,12 +721,13 @@ def _with_taps(model: nn.Module) -> nn.Module:
     return model
 
 
-def ops_table(rounds: int, only: str = "") -> None:
+def ops_table(rounds: int, only: str = "", quick: bool = False) -> None:
     """Issue 37: `track(model, ops=...)` on a nanoGPT-style model written in code (d_model
-    256, 4 layers, 4 heads, batch 8 x seq 128), each row beside its floor measured in the
-    same rounds (`floor_row`): for `ops=`, the same statistics at the same points from
-    `tap` calls written in the model's code; for an `ops=` the model never calls, plain
-    `stats=True` (what the interception itself costs)."""
+    256, 4 layers, 4 heads, batch 8 x seq 128; `quick`: d_model 64, 2 layers, batch 2 x 32,
+    a smoke run), each row beside its floor measured in the same rounds (`floor_row`): for
+    `ops=`, the same statistics at the same points from `tap` calls written in the model's
+    code; for an `ops=` the model never calls, plain `stats=True` (what the interception
+    itself costs)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
     from examples.nanogpt import NanoGPT
 
@@ -747,11 +750,12 @@ def ops_table(rounds: int, only: str = "") -> None:
     rows = [row for row in rows if only in row[0]]
     if not rows:
         return
+    d_model, layers, batch, seq = (64, 2, 2, 32) if quick else (256, 4, 8, 128)
     print(
         "\n## Operations between modules (issue 37): nanoGPT-style model written in code, "
-        f"d_model 256, 4 layers, 4 heads, batch 8 x seq 128; medians over {rounds} rounds of "
-        "(untracked, floor, tracked) steps in rotating order, 1 thread, CPU time of the "
-        "thread\n"
+        f"d_model {d_model}, {layers} layers, 4 heads, batch {batch} x seq {seq}; medians over "
+        f"{rounds} rounds of (untracked, floor, tracked) steps in rotating order, 1 thread, "
+        "CPU time of the thread\n"
     )
     print(
         "| configuration | tracked / untracked | its floor | above the floor | target "
@@ -759,14 +763,18 @@ def ops_table(rounds: int, only: str = "") -> None:
     )
     print("|---|---|---|---|---|---|---|")
     torch.manual_seed(0)
-    model = NanoGPT(vocab=64, d_model=256, n_heads=4, n_layers=4, max_len=128)
-    x = torch.randint(0, 64, (8, 128), generator=torch.Generator().manual_seed(0))
+    model = NanoGPT(vocab=64, d_model=d_model, n_heads=4, n_layers=layers, max_len=seq)
+    x = torch.randint(0, 64, (batch, seq), generator=torch.Generator().manual_seed(0))
     for label, factory, floor_factory, target in rows:
-        row = floor_row(model, x, False, factory, floor_factory, rounds)
+        row = floor_row(
+            model, x, False, factory, floor_factory, rounds, warmup=rounds if quick else 20
+        )
         floor_cell = difference = verdict = "-"
         if row.floor is not None and row.above is not None:
             floor_cell, difference = f"{row.floor:.3f}x", f"{row.above:+.3f}"
-            if target is not None:
+            if target is not None and quick:  # the targets are set for d_model 256
+                verdict = f"(<= {target:+.2f} is for d_model 256)"
+            elif target is not None:
                 verdict = f"<= {target:+.2f} ({'met' if row.above <= target else 'MISSED'})"
         print(
             f"| {label} | {row.ratio:.3f}x | {floor_cell} | {difference} | {verdict} | "
@@ -1379,19 +1387,19 @@ def compile_cost(steps: int, backend: str, layers: int = 4, quick: bool = False)
     torch.compiler.reset()
 
 
-def compiled_module_hooks(rounds: int, backend: str = "inductor") -> None:
-    """Issue 37, item 4: the module hooks of a compiled model, against the untracked
-    compiled step of the same run. `nn.Sequential(Linear, TransformerEncoder(2 layers),
-    Linear)`, d_model 128, batch 16 x 32, a training step (forward, backward); one compiled
-    model untracked, one tracked with `stats=True`, one with `stats=True, every=3`, their
-    steps interleaved (U, T, E in each round) so that the machine's drift is shared; each
+def compiled_module_hooks(rounds: int, backend: str = "inductor", quick: bool = False) -> None:
+    """Issue 37, item 4: the module hooks of a compiled model, against the untracked compiled step
+    of the same run. `nn.Sequential(Linear, TransformerEncoder(2 layers), Linear)`, d_model 128,
+    batch 16 x 32 (`quick`: 1 layer, batch 2 x 16), a training step (forward, backward); one
+    compiled model untracked, one tracked with `stats=True`, one with `stats=True, every=3`,
+    their steps interleaved (U, T, E in each round) so that the machine's drift is shared; each
     ratio is the median over rounds of (tracked step) / (untracked step of that round)."""
     from torch._dynamo.utils import counters
 
     def model(i: int) -> nn.Module:
         torch.manual_seed(0)
         layer = nn.TransformerEncoderLayer(128, 4, 512, dropout=0.0, batch_first=True)
-        encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         # A class of its own per model: Dynamo does not guard on hooks
         # (`skip_nnmodule_hook_guards`), so three instances of one class would share the
         # graph compiled first, with or without the hooks; its guard on the class does not.
@@ -1400,7 +1408,9 @@ def compiled_module_hooks(rounds: int, backend: str = "inductor") -> None:
 
     torch.compiler.reset()
     counters.clear()
-    x = torch.randn(16, 32, 128, generator=torch.Generator().manual_seed(0))
+    # quick: one layer, since Dynamo's tracing, not the steps, takes the time.
+    layers, batch, seq = (1, 2, 16) if quick else (2, 16, 32)
+    x = torch.randn(batch, seq, 128, generator=torch.Generator().manual_seed(0))
     runs = [torch.compile(model(i), backend=backend) for i in range(3)]
     trackers = [
         tensor_tracker.track(runs[1], stats=True),
@@ -1422,8 +1432,8 @@ def compiled_module_hooks(rounds: int, backend: str = "inductor") -> None:
     torch.compiler.reset()
     untracked = times[0][2:]
     print(
-        f"\n## Compiled module hooks ({backend}, Linear + TransformerEncoder(2 x d_model 128) + "
-        f"Linear, batch 16 x 32, training step, {rounds} rounds)\n"
+        f"\n## Compiled module hooks ({backend}, Linear + TransformerEncoder({layers} x d_model "
+        f"128) + Linear, batch {batch} x {seq}, training step, {rounds} rounds)\n"
     )
     print(f"untracked compiled step: median {statistics.median(untracked) * 1000:.2f} ms")
     print(
@@ -1449,12 +1459,12 @@ def compiled_module_hooks(rounds: int, backend: str = "inductor") -> None:
     print(f"| compiled every=3, recorded / skipped steps | | {recorded:.2f}x / {skipped:.2f}x |")
 
 
-def compiled_ops(rounds: int, backend: str = "inductor") -> None:
+def compiled_ops(rounds: int, backend: str = "inductor", quick: bool = False) -> None:
     """Issue 37, item 6: `ops=["softmax", "matmul", "add"], stats=True` on the compiled
-    nanoGPT-style model of `ops_table` (training steps), against the untracked compiled
-    step and a compiled floor (the same statistics at the same points from `tap` calls
-    written in the model's code, `stats=True`) measured in the same rounds (`_triples`).
-    Each model has a class of its own (see `compiled_module_hooks`)."""
+    nanoGPT-style model of `ops_table` (training steps; `quick`: d_model 64, 1 layer, batch 2 x
+    32), against the untracked compiled step and a compiled floor (the same statistics at the
+    same points from `tap` calls written in the model's code, `stats=True`) measured in the same
+    rounds (`_triples`). Each model has a class of its own (see `compiled_module_hooks`)."""
     from torch._dynamo.utils import counters
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
@@ -1463,11 +1473,14 @@ def compiled_ops(rounds: int, backend: str = "inductor") -> None:
     def model(i: int, taps: bool) -> nn.Module:
         torch.manual_seed(0)
         cls = type(f"NanoGPT{i}", (NanoGPT,), {})
-        return cls(vocab=64, d_model=256, n_heads=4, n_layers=4, max_len=128, taps=taps)  # type: ignore[no-any-return]
+        gpt = cls(vocab=64, d_model=d_model, n_heads=4, n_layers=layers, max_len=seq, taps=taps)
+        return gpt  # type: ignore[no-any-return]
 
+    # quick: one layer, since Dynamo's tracing, not the steps, takes the time.
+    d_model, layers, batch, seq = (64, 1, 2, 32) if quick else (256, 4, 8, 128)
     torch.compiler.reset()
     counters.clear()
-    x = torch.randint(0, 64, (8, 128), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(0, 64, (batch, seq), generator=torch.Generator().manual_seed(0))
     untracked, floor, tracked = (
         torch.compile(model(i, taps=i == 1), backend=backend) for i in range(3)
     )
@@ -1499,7 +1512,8 @@ def compiled_ops(rounds: int, backend: str = "inductor") -> None:
     after = counters["stats"]["unique_graphs"]
     torch.compiler.reset()
     print(
-        f"\n## Compiled ops ({backend}, nanoGPT d_model 256, 4 layers, 4 heads, batch 8 x 128, "
+        f"\n## Compiled ops ({backend}, nanoGPT d_model {d_model}, {layers} layers, 4 heads, "
+        f"batch {batch} x {seq}, "
         f"training step; medians over {rounds} rounds of (untracked, floor, tracked) "
         "compiled steps in rotating order, 1 thread, CPU time of the thread)\n"
     )
@@ -1557,12 +1571,13 @@ def main() -> None:
     print(f"# tensor_tracker benchmark (torch {torch.__version__}, {args.threads} thread)")
     part = "overhead" if args.only else args.part
     if part in ("all", "overhead"):
-        overhead_table(256, 4, 4, 64, pairs, args.only)
+        # --quick: a smoke run of every row, on a small model (the timings mean nothing).
+        overhead_table(*((64, 2, 2, 32) if args.quick else (256, 4, 4, 64)), pairs, args.only)
         if not args.quick and not args.only:
             overhead_table(128, 4, 8, 64, pairs)
             overhead_table(512, 4, 2, 64, pairs)
     if part in ("all", "ops") or args.only:
-        ops_table(pairs, args.only)
+        ops_table(pairs, args.only, args.quick)
     if part in ("all", "small"):
         small_models(3 if args.quick else 5 * args.pairs, torch.device(args.device))
     if part == "memory":
@@ -1599,8 +1614,8 @@ def main() -> None:
         # --quick: Dynamo's tracing alone (graph breaks, no inductor code generation).
         if args.quick:
             compile_cost(2, "eager", layers=1, quick=True)
-            compiled_module_hooks(3, "eager")
-            compiled_ops(3, "eager")
+            compiled_module_hooks(3, "eager", quick=True)
+            compiled_ops(3, "eager", quick=True)
         else:
             compile_cost(20, "inductor")
             compiled_module_hooks(args.pairs)
