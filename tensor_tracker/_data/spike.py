@@ -44,8 +44,14 @@ DEPARTURE = 6.0
 """Robust standard deviations from its baseline that a quantity must reach to have departed."""
 
 ONSET = 3.0
-"""Robust standard deviations from its baseline beyond which a quantity that departed must
-stay up to the spike."""
+"""Robust standard deviations from its baseline beyond which a quantity that departed by
+less than `TRANSIENT` must stay up to the spike."""
+
+TRANSIENT = math.log(10.0)
+"""How far (in log factor) a departure must go to count even when it came back before the
+spike: a learning rate or a batch wrong for one step moves its update or output 100-1000x
+for that step only. Batch-to-batch noise stayed under a factor of 5.3 in every statistic
+of healthy runs (`update_kurtosis`, a parameter gradient's rms; doc/benchmarks.md)."""
 
 MAX_SIZE = math.log(1e6)
 """The largest size of a departure (a factor of a million; a NaN, an infinity, a zero)."""
@@ -395,22 +401,22 @@ def _baselines(values: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
 def _departure(values: numpy.ndarray) -> tuple[int, float, float, float] | None:
     """Where `values` (up to the spike, its last entry) left its own history: the first
     index where it was more than `DEPARTURE` robust standard deviations from its baseline
-    and stayed more than `ONSET` out on that side up to the end (a NaN or infinity is out,
-    on either side). Returns `(index, centre, spread, size)`, the size being how far it
-    went there, `|log|, (|value| + spread) / (|centre| + spread)`, at most `MAX_SIZE`), or
-    None when it never left."""
+    and either went `TRANSIENT` far or stayed more than `ONSET` out on that side up to the
+    end (a NaN or infinity is out, on either side). Returns `(index, centre, spread,
+    size)`, the size being how far it went there, `|log|, (|value| + spread) / (|centre| +
+    spread)`, at most `MAX_SIZE`), or None when it never left."""
     np = require("numpy", "pandas")
     centres, spreads = _baselines(values)
     with np.errstate(invalid="ignore"):
         z = np.where(np.isnan(values), np.inf, (values - centres) / spreads)
     for i in np.flatnonzero(~np.isnan(centres) & (np.abs(z) > DEPARTURE)):
         centre, spread = float(centres[i]), float(spreads[i])
+        ratio = (abs(float(values[i])) + spread) / (abs(centre) + spread)
+        size = min(abs(math.log(ratio)) if math.isfinite(ratio) else MAX_SIZE, MAX_SIZE)
         later = (values[i:] - centre) / spread
         later = np.where(np.isnan(later), np.inf, later)
-        if ((np.sign(later[0]) * later > ONSET) | np.isinf(later)).all():
-            ratio = (abs(float(values[i])) + spread) / (abs(centre) + spread)
-            size = abs(math.log(ratio)) if math.isfinite(ratio) else MAX_SIZE
-            return int(i), centre, spread, min(size, MAX_SIZE)
+        if size >= TRANSIENT or ((np.sign(later[0]) * later > ONSET) | np.isinf(later)).all():
+            return int(i), centre, spread, size
     return None
 
 
@@ -429,10 +435,21 @@ def _ranked(
     stay out for a few steps, but by a smaller factor than a real cause. Within
     a band, earlier is first: the step, then the forward before the backward before the
     update, modules in the order they ran; then how far it moved (the factor)."""
-    # An update computed from gradients that had already moved follows from them too.
-    moved_grads = [step for series, step, _, _ in moved if series.phase == _BACKWARD]
-    echo = min(moved_grads, default=spike + 1)
-    follows = [m[0].phase == _BACKWARD or (m[0].phase == _UPDATE and m[1] >= echo) for m in moved]
+    # An update computed from its module's gradients after they moved follows from them
+    # too; a gradient that only drifted (training that has not settled) or moved in another
+    # module (noise in its abs_max) is not what it follows.
+    grads = [k for k in range(len(moved)) if moved[k][0].phase == _BACKWARD]
+    farthest = max((sizes[k] for k in grads), default=0.0)
+    echo: dict[str, int] = {}
+    for k in grads:
+        if sizes[k] >= SIGNIFICANT * farthest:
+            module = moved[k][0].module
+            echo[module] = min(echo.get(module, moved[k][1]), moved[k][1])
+    follows = [
+        m[0].phase == _BACKWARD
+        or (m[0].phase == _UPDATE and m[1] >= echo.get(m[0].module, spike + 1))
+        for m in moved
+    ]
     bands: list[tuple[float, Cause, Trace]] = []
     for kind in (False, True):
         members = [k for k in range(len(moved)) if follows[k] == kind]
