@@ -90,7 +90,8 @@ class Cause:
             output), `"update_rms"` (a parameter's change at the optimizer step),
             `"param_rms"`, `"input_rms"`, ...; vector statistics by their own name
             (`"max_logit_per_head"`, its largest head).
-        step: the first step it was out of its baseline (and stayed out up to the spike).
+        step: the first step it was out of its baseline (and stayed out up to the spike, or
+            went 10x or more away there).
         lead: the spike's step minus `step`: how many steps before the spike it moved.
         score: how early and how far it moved; causes are sorted by it, highest first.
 
@@ -428,8 +429,9 @@ def _ranked(
     Ranked in four bands (the integer part of the score), then by time. Values and updates
     come before gradients: a gradient that moves follows from a loss that moved, which
     follows from a value or an update that moved, often within the noise at first; an
-    update that moved at or after the first gradient that moved is ranked with the
-    gradients (the optimizer computed it from them). In each,
+    update that moved at or after its module's gradient moved (by at least `SIGNIFICANT`
+    of the farthest gradient) is ranked with the gradients (the optimizer computed it from
+    them). In each,
     a quantity that moved less than `SIGNIFICANT` of the farthest (in log factor) comes
     after the others: batch-to-batch noise of a statistic with heavy tails (`abs_max`) can
     stay out for a few steps, but by a smaller factor than a real cause. Within
@@ -495,6 +497,16 @@ def explain_frame(
             )
         step, value, before = worst_spike(spikes)
         head = f"Loss spike at step {step}: {value:.4g} after a median of {before:.4g}"
+        # A change that lasts makes every step from its onset a spike, the largest often
+        # the last: say where the run of spikes began.
+        onset, spiked = steps.tolist().index(step), {s for s, _, _ in spikes}
+        while onset and int(steps[onset - 1]) in spiked:
+            onset -= 1
+        if int(steps[onset]) != step:
+            head += (
+                f", the largest of the spikes at every step since step {int(steps[onset])} "
+                f"(step={int(steps[onset])} explains that one)"
+            )
     else:
         head = f"Loss at step {step}" + (f": {loss[step]:.4g}" if step in loss else "")
     sizes: list[float] = []
@@ -529,12 +541,15 @@ def explain_spike(recording: Any, loss: Any, step: int | None = None) -> Explana
 
     Finds the spike as `diagnose` does (a loss more than 6 robust standard deviations above
     the median of the 20 before it, or not finite; the largest one), unless `step=` names
-    it. Then for every recorded quantity (each statistic of each module's outputs,
+    it; when the loss spikes at every step from some step on, the summary says where that
+    began. Then for every recorded quantity (each statistic of each module's outputs,
     gradients, inputs, updates...: `rms`, `abs_max`, `kurtosis`, `max_logit_per_head`, and
     with parameters recorded as copies their updates' rms) it finds the first step where
     the quantity left its baseline (the median of its previous 24 recorded steps, give or
-    take 6 robust standard deviations, at least 12% of the median) and stayed out on the
-    same side up to the spike. The causes are ranked by when they moved: the earlier step
+    take 6 robust standard deviations, at least 12% of the median) and either stayed out
+    on the same side up to the spike or went 10x or more away (a learning rate or a batch
+    wrong for one step moves its update or output for that step only). The causes are
+    ranked by when they moved: the earlier step
     first, then within a step the forward before the backward before the optimizer's
     update, modules in the order they ran; how far they moved orders the rest. The first
     cause is where to look: what moved later usually follows from it.

@@ -149,6 +149,9 @@ def test_the_planted_module_is_the_first_cause(case: str) -> None:
     # Lead: the steps from where the planted change first shows in a value to the spike.
     shows = AT + 1 if case in ("lr", "lr_once", "grow") else AT
     assert first.step >= shows and first.lead == explanation.step - first.step, explanation
+    if case == "grow":  # the loss spikes at every step from AT + 1; the largest is later
+        assert explanation.step > AT + 1
+        assert f"at every step since step {AT + 1} (step={AT + 1} explains" in repr(explanation)
     assert [c.score for c in explanation.causes] == sorted(
         (c.score for c in explanation.causes), reverse=True
     )
