@@ -51,7 +51,7 @@ TRANSIENT = math.log(10.0)
 """How far (in log factor) a departure must go to count even when it came back before the
 spike: a learning rate or a batch wrong for one step moves its update or output 100-1000x
 for that step only. Batch-to-batch noise stayed under a factor of 5.3 in every statistic
-of healthy runs (`update_kurtosis`, a parameter gradient's rms; doc/benchmarks.md)."""
+of healthy runs (kurtoses of gradients and updates the largest; doc/benchmarks.md)."""
 
 MAX_SIZE = math.log(1e6)
 """The largest size of a departure (a factor of a million; a NaN, an infinity, a zero)."""
