@@ -44,8 +44,14 @@ DEPARTURE = 6.0
 """Robust standard deviations from its baseline that a quantity must reach to have departed."""
 
 ONSET = 3.0
-"""Robust standard deviations from its baseline beyond which a quantity that departed must
-stay up to the spike."""
+"""Robust standard deviations from its baseline beyond which a quantity that departed by
+less than `TRANSIENT` must stay up to the spike."""
+
+TRANSIENT = math.log(10.0)
+"""How far (in log factor) a departure must go to count even when it came back before the
+spike: a learning rate or a batch wrong for one step moves its update or output 100-1000x
+for that step only. Batch-to-batch noise stayed under a factor of 5.3 in every statistic
+of healthy runs (kurtoses of gradients and updates the largest; doc/benchmarks.md)."""
 
 MAX_SIZE = math.log(1e6)
 """The largest size of a departure (a factor of a million; a NaN, an infinity, a zero)."""
@@ -84,7 +90,8 @@ class Cause:
             output), `"update_rms"` (a parameter's change at the optimizer step),
             `"param_rms"`, `"input_rms"`, ...; vector statistics by their own name
             (`"max_logit_per_head"`, its largest head).
-        step: the first step it was out of its baseline (and stayed out up to the spike).
+        step: the first step it was out of its baseline (and stayed out up to the spike, or
+            went 10x or more away there).
         lead: the spike's step minus `step`: how many steps before the spike it moved.
         score: how early and how far it moved; causes are sorted by it, highest first.
 
@@ -395,22 +402,22 @@ def _baselines(values: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
 def _departure(values: numpy.ndarray) -> tuple[int, float, float, float] | None:
     """Where `values` (up to the spike, its last entry) left its own history: the first
     index where it was more than `DEPARTURE` robust standard deviations from its baseline
-    and stayed more than `ONSET` out on that side up to the end (a NaN or infinity is out,
-    on either side). Returns `(index, centre, spread, size)`, the size being how far it
-    went there, `|log|, (|value| + spread) / (|centre| + spread)`, at most `MAX_SIZE`), or
-    None when it never left."""
+    and either went `TRANSIENT` far or stayed more than `ONSET` out on that side up to the
+    end (a NaN or infinity is out, on either side). Returns `(index, centre, spread,
+    size)`, the size being how far it went there, `|log|, (|value| + spread) / (|centre| +
+    spread)`, at most `MAX_SIZE`), or None when it never left."""
     np = require("numpy", "pandas")
     centres, spreads = _baselines(values)
     with np.errstate(invalid="ignore"):
         z = np.where(np.isnan(values), np.inf, (values - centres) / spreads)
     for i in np.flatnonzero(~np.isnan(centres) & (np.abs(z) > DEPARTURE)):
         centre, spread = float(centres[i]), float(spreads[i])
+        ratio = (abs(float(values[i])) + spread) / (abs(centre) + spread)
+        size = min(abs(math.log(ratio)) if math.isfinite(ratio) else MAX_SIZE, MAX_SIZE)
         later = (values[i:] - centre) / spread
         later = np.where(np.isnan(later), np.inf, later)
-        if ((np.sign(later[0]) * later > ONSET) | np.isinf(later)).all():
-            ratio = (abs(float(values[i])) + spread) / (abs(centre) + spread)
-            size = abs(math.log(ratio)) if math.isfinite(ratio) else MAX_SIZE
-            return int(i), centre, spread, min(size, MAX_SIZE)
+        if size >= TRANSIENT or ((np.sign(later[0]) * later > ONSET) | np.isinf(later)).all():
+            return int(i), centre, spread, size
     return None
 
 
@@ -422,17 +429,29 @@ def _ranked(
     Ranked in four bands (the integer part of the score), then by time. Values and updates
     come before gradients: a gradient that moves follows from a loss that moved, which
     follows from a value or an update that moved, often within the noise at first; an
-    update that moved at or after the first gradient that moved is ranked with the
-    gradients (the optimizer computed it from them). In each,
+    update that moved at or after its module's gradient moved (by at least `SIGNIFICANT`
+    of the farthest gradient) is ranked with the gradients (the optimizer computed it from
+    them). In each,
     a quantity that moved less than `SIGNIFICANT` of the farthest (in log factor) comes
     after the others: batch-to-batch noise of a statistic with heavy tails (`abs_max`) can
     stay out for a few steps, but by a smaller factor than a real cause. Within
     a band, earlier is first: the step, then the forward before the backward before the
     update, modules in the order they ran; then how far it moved (the factor)."""
-    # An update computed from gradients that had already moved follows from them too.
-    moved_grads = [step for series, step, _, _ in moved if series.phase == _BACKWARD]
-    echo = min(moved_grads, default=spike + 1)
-    follows = [m[0].phase == _BACKWARD or (m[0].phase == _UPDATE and m[1] >= echo) for m in moved]
+    # An update computed from its module's gradients after they moved follows from them
+    # too; a gradient that only drifted (training that has not settled) or moved in another
+    # module (noise in its abs_max) is not what it follows.
+    grads = [k for k in range(len(moved)) if moved[k][0].phase == _BACKWARD]
+    farthest = max((sizes[k] for k in grads), default=0.0)
+    echo: dict[str, int] = {}
+    for k in grads:
+        if sizes[k] >= SIGNIFICANT * farthest:
+            module = moved[k][0].module
+            echo[module] = min(echo.get(module, moved[k][1]), moved[k][1])
+    follows = [
+        m[0].phase == _BACKWARD
+        or (m[0].phase == _UPDATE and m[1] >= echo.get(m[0].module, spike + 1))
+        for m in moved
+    ]
     bands: list[tuple[float, Cause, Trace]] = []
     for kind in (False, True):
         members = [k for k in range(len(moved)) if follows[k] == kind]
@@ -478,6 +497,16 @@ def explain_frame(
             )
         step, value, before = worst_spike(spikes)
         head = f"Loss spike at step {step}: {value:.4g} after a median of {before:.4g}"
+        # A change that lasts makes every step from its onset a spike, the largest often
+        # the last: say where the run of spikes began.
+        onset, spiked = steps.tolist().index(step), {s for s, _, _ in spikes}
+        while onset and int(steps[onset - 1]) in spiked:
+            onset -= 1
+        if int(steps[onset]) != step:
+            head += (
+                f", the largest of the spikes at every step since step {int(steps[onset])} "
+                f"(step={int(steps[onset])} explains that one)"
+            )
     else:
         head = f"Loss at step {step}" + (f": {loss[step]:.4g}" if step in loss else "")
     sizes: list[float] = []
@@ -512,12 +541,15 @@ def explain_spike(recording: Any, loss: Any, step: int | None = None) -> Explana
 
     Finds the spike as `diagnose` does (a loss more than 6 robust standard deviations above
     the median of the 20 before it, or not finite; the largest one), unless `step=` names
-    it. Then for every recorded quantity (each statistic of each module's outputs,
+    it; when the loss spikes at every step from some step on, the summary says where that
+    began. Then for every recorded quantity (each statistic of each module's outputs,
     gradients, inputs, updates...: `rms`, `abs_max`, `kurtosis`, `max_logit_per_head`, and
     with parameters recorded as copies their updates' rms) it finds the first step where
     the quantity left its baseline (the median of its previous 24 recorded steps, give or
-    take 6 robust standard deviations, at least 12% of the median) and stayed out on the
-    same side up to the spike. The causes are ranked by when they moved: the earlier step
+    take 6 robust standard deviations, at least 12% of the median) and either stayed out
+    on the same side up to the spike or went 10x or more away (a learning rate or a batch
+    wrong for one step moves its update or output for that step only). The causes are
+    ranked by when they moved: the earlier step
     first, then within a step the forward before the backward before the optimizer's
     update, modules in the order they ran; how far they moved orders the rest. The first
     cause is where to look: what moved later usually follows from it.

@@ -18,9 +18,18 @@ import torch.nn.functional as F
 from torch import nn
 
 import tensor_tracker
-from tensor_tracker import Cause, Explanation, Tracker, diagnose, explain_spike, load, track
+from tensor_tracker import (
+    Cause,
+    Explanation,
+    Tracker,
+    diagnose,
+    explain_spike,
+    load,
+    stats,
+    track,
+)
 
-PLANTED = {"lr": "2", "batch": "0", "grow": "2", "dead": "2", "fp16": "2"}
+PLANTED = {"lr": "2", "lr_once": "2", "batch": "0", "grow": "2", "dead": "2", "fp16": "2"}
 """The planted cases and the module each plants its instability in."""
 
 AT = 22
@@ -48,13 +57,17 @@ def planted_run(
     steps: int = 30,
     stream_to: Path | None = None,
     exit_after: int | None = None,
+    sgd: float | None = None,
+    norm: bool = False,
     **options: Any,
 ) -> tuple[Tracker, list[float]]:
-    """Train a 4-layer MLP on a regression task with Adam (one parameter group per layer),
-    60 steps untracked and `steps` tracked (`stats=True` unless `options` say otherwise),
+    """Train a 4-layer MLP on a regression task with Adam (one parameter group per layer;
+    `sgd=lr`: SGD with momentum 0.9 instead), 60 steps untracked and `steps` tracked
+    (`stats=True` unless `options` say otherwise; `capture="updates"` gets `optimizer=`),
     planting `case` at step `AT` in module "2" (`"batch"`: in the batch, so module "0"):
 
     - `"lr"`: the learning rate of module 2's parameter group x1000 from step AT on;
+    - `"lr_once"`: the same for the optimizer step of step AT only;
     - `"batch"`: the batch x1000 at step AT;
     - `"grow"`: module 2's weights x1.3 after every optimizer step from step AT on;
     - `"dead"`: module 2's output zeroed from step AT on;
@@ -69,14 +82,19 @@ def planted_run(
         nn.Linear(16, 32),
         nn.ReLU(),
         Plantable(32, 32),
-        nn.ReLU(),
+        nn.LayerNorm(32) if norm else nn.ReLU(),
         nn.Linear(32, 32),
         nn.ReLU(),
         nn.Linear(32, 1),
     )
     model[2].half = case == "fp16"
     layers = [m for m in model if isinstance(m, nn.Linear)]
-    opt = torch.optim.Adam([{"params": list(m.parameters())} for m in layers], lr=1e-2)
+    groups = [{"params": list(m.parameters())} for m in layers]
+    opt: torch.optim.Optimizer = (
+        torch.optim.Adam(groups, lr=1e-2)
+        if sgd is None
+        else torch.optim.SGD(groups, lr=sgd, momentum=0.9)
+    )
     data = torch.Generator().manual_seed(1)
     target = torch.randn(16, 1, generator=data)
 
@@ -88,7 +106,7 @@ def planted_run(
                 x = x * 1000
             elif case == "dead":
                 model[2].gain = 0.0
-            elif case == "lr":
+            elif case in ("lr", "lr_once"):
                 opt.param_groups[1]["lr"] *= 1000
             elif case == "fp16":
                 with torch.no_grad():
@@ -97,6 +115,8 @@ def planted_run(
         loss.backward()
         opt.step()
         opt.zero_grad()
+        if case == "lr_once" and step == AT:
+            opt.param_groups[1]["lr"] /= 1000
         if case == "grow" and step is not None and step >= AT:
             with torch.no_grad():
                 model[2].weight.mul_(1.3)
@@ -105,6 +125,8 @@ def planted_run(
     for _ in range(60):
         train_step(None)
     options = options or {"stats": True}
+    if "updates" in options.get("capture", ()):
+        options["optimizer"] = opt
     losses = []
     with track(model, stream_to=stream_to, **options) as t:
         for step in range(steps):
@@ -125,15 +147,19 @@ def test_the_planted_module_is_the_first_cause(case: str) -> None:
     assert first.module == PLANTED[case], explanation
     assert first.quantity in ("output_rms", "output_abs_max"), explanation
     # Lead: the steps from where the planted change first shows in a value to the spike.
-    shows = AT + 1 if case in ("lr", "grow") else AT
+    shows = AT + 1 if case in ("lr", "lr_once", "grow") else AT
     assert first.step >= shows and first.lead == explanation.step - first.step, explanation
+    if case == "grow":  # the loss spikes at every step from AT + 1; the largest is later
+        assert explanation.step > AT + 1
+        assert f"at every step since step {AT + 1} (step={AT + 1} explains" in repr(explanation)
     assert [c.score for c in explanation.causes] == sorted(
         (c.score for c in explanation.causes), reverse=True
     )
 
 
-def test_updates_from_parameter_copies_move_first_when_a_learning_rate_jumps() -> None:
-    t, losses = planted_run("lr", capture=("outputs", "params"))
+@pytest.mark.parametrize("case", ["lr", "lr_once"])
+def test_updates_from_parameter_copies_move_first_when_a_learning_rate_jumps(case: str) -> None:
+    t, losses = planted_run(case, capture=("outputs", "params"))
     explanation = explain_spike(t, losses)
     first = explanation.causes[0]
     # Module 2's update at step AT (its optimizer step) moved 1000x, a step before any value.
@@ -141,6 +167,46 @@ def test_updates_from_parameter_copies_move_first_when_a_learning_rate_jumps() -
     assert first.lead == explanation.step - AT
     trace = explanation.traces[("2", "update_rms")]
     assert trace.values[trace.steps.index(AT)] > 300 * trace.centre
+
+
+@pytest.mark.parametrize(
+    ("seed", "options"),
+    [
+        # A LayerNorm after the planted layer: its gradient does not grow with its weights.
+        (seed, {"norm": True})
+        for seed in range(3)
+    ]
+    # SGD with momentum, not yet settled: every gradient drifts from step 8 on, by a little.
+    + [(0, {"sgd": 1e-3})],
+)
+def test_a_learning_rate_wrong_for_one_step_is_found_in_its_update(
+    seed: int, options: dict[str, Any]
+) -> None:
+    t, losses = planted_run(
+        "lr_once", seed, stats=stats.health, capture=("outputs", "updates"), **options
+    )
+    explanation = explain_spike(t, losses)
+    assert explanation.step == AT + 1
+    top = [(c.module, c.quantity, c.step, c.lead) for c in explanation.causes[:3]]
+    # The update moved at the optimizer step of step AT and was back a step later.
+    assert ("2", "update_rms", AT, 1) in top, explanation
+    assert explanation.causes[0].module == "2", explanation
+    trace = explanation.traces[("2", "update_rms")]
+    assert trace.values[trace.steps.index(AT)] > 300 * trace.centre
+
+
+def test_a_departure_that_came_back_before_the_spike_still_counts() -> None:
+    t, losses = planted_run("batch")  # the batch x1000 at step AT only
+    explanation = explain_spike(t, losses, step=AT + 2)
+    first = explanation.causes[0]
+    assert (first.module, first.quantity, first.step, first.lead) == (
+        "0",
+        "output_rms",
+        AT,
+        2,
+    ), explanation
+    trace = explanation.traces[("0", "output_rms")]
+    assert trace.values[-1] < 2 * trace.centre < trace.values[trace.steps.index(AT)] / 100
 
 
 def test_a_healthy_run_names_no_cause() -> None:
