@@ -25,6 +25,7 @@ from .._torch_compat import (
     forget_compiled_code,
     graph_task_id,
     never_a_frame,
+    queue_at_end_of_backward,
     untraced,
 )
 from .clock import Clock
@@ -32,7 +33,7 @@ from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
 from .grad_hooks import traced_stand_in, view_replay
 from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
-from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, graph_part, graph_route
+from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, Layout, graph_part, graph_parts, graph_route
 from .records import Kind
 from .registrations import Registration
 from .sink import RecordSink
@@ -51,6 +52,9 @@ _INNER = 8
 which it does not count (the module's output, delivered after it, does)."""
 _NEW = 16
 """Or'ed into `what` with `_INNER`: an op's result, a new tensor (not a view)."""
+_PART = 32
+"""Or'ed into `what`: one tensor of a module's output of several (`plan.graph_parts`);
+`index` is its number and `length` the output's layout (`CompiledHooks._layouts`)."""
 _HOOKS_WORK = -1
 """On the owner stack (`owner_hooks`): the tracker's own hooks run (their ops are no
 module's)."""
@@ -65,17 +69,60 @@ _AWAITED_CALLS = 64
 class _Awaiting:
     """A compiled module call whose output's gradient is hooked (`forward_hook`), and
     the backward passes (graph tasks) in which the output's and the base's hooks last
-    delivered: the first of the two in a pass is recorded."""
+    delivered: the first of the two in a pass is recorded. For one tensor of an output of
+    several, `gather` collects it with the others (`_Gather`)."""
 
-    __slots__ = ("base_task", "call", "flags", "output_task", "site", "step")
+    __slots__ = ("base_task", "call", "flags", "gather", "output_task", "site", "step")
 
-    def __init__(self, site: int, call: int, step: int, flags: int) -> None:
+    def __init__(
+        self, site: int, call: int, step: int, flags: int, gather: _Gather | None = None
+    ) -> None:
         self.site = site
         self.call = call
         self.step = step
         self.flags = flags  # of the gradient record
+        self.gather = gather
         self.output_task = -1
         self.base_task = -1
+
+
+_Raw = tuple[Tensor, int, list[Tensor]]
+
+
+class _Gather:
+    """The gradients of the tensors of one compiled call's output of several, recorded as
+    one record per backward pass as the eager path's `grad_hooks.Gather` does: when all
+    the hooked ones came, else at the end of the pass (`None` for those that did not)."""
+
+    __slots__ = ("arrived", "awaiting", "expected", "raws", "sink", "task")
+
+    def __init__(self, sink: RecordSink, awaiting: _Awaiting, count: int, expected: int) -> None:
+        self.sink = sink
+        self.awaiting = awaiting  # where the record goes
+        self.expected = expected
+        self.raws: list[_Raw | None] = [None] * count
+        self.arrived = 0
+        self.task = -1
+
+    def put(self, task: int, index: int, raw: _Raw) -> None:
+        if task != self.task:
+            self.flush()
+            self.task = task
+            self.arrived = 0
+            queue_at_end_of_backward(self.flush)
+        self.raws[index] = raw
+        self.arrived += 1
+        if self.arrived == self.expected:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.arrived:
+            return
+        a = self.awaiting
+        self.sink.put_raws(a.site, a.call, a.step, a.flags, self.raws)
+        self.sink.watch_pass()
+        self.raws = [None] * len(self.raws)
+        self.arrived = 0
 
 
 def traceable_params(reg: Registration) -> bool:
@@ -118,7 +165,7 @@ class CompiledHooks:
         self._key: int | None = None
         self._open = False
         self._site_regs: dict[int, Registration] = {}
-        self._awaiting: dict[tuple[int, int], list[_Awaiting]] = {}
+        self._awaiting: dict[tuple[int, ...], list[_Awaiting]] = {}
         self._param_steps: dict[int, int] = {}
         # The registered module calls being traced, innermost last: each a token
         # (`owner_hooks`), or `_HOOKS_WORK`. Dynamo traces its changes (and undoes them
@@ -128,6 +175,12 @@ class CompiledHooks:
         # trace time).
         self._tokens: dict[int, tuple[Registration, dict[tuple[str, str], int]]] = {}
         self._inner_calls = 0
+        # The layouts of outputs of several tensors (`plan.graph_parts`) and their number
+        # of tensors, by number (traced in as a constant); the forward statistics of the
+        # one being delivered, by tensor.
+        self._layouts: list[tuple[Layout, int]] = []
+        self._layout_ids: dict[Layout, int] = {}
+        self._parts: list[tuple[_Raw, bool]] = []
 
     def forward_hook(self, reg: Registration) -> Callable[..., None]:
         """The forward hook of a compiled model's module with `stats=`: TorchDynamo traces
@@ -158,6 +211,7 @@ class CompiledHooks:
             return number
 
         traced_call = mark_trace_constant(traced_call)
+        layout_id = self._layout_id()
         # `torch.compiler.disable`: what the traced hook calls, behind a graph break; it
         # stays attached through the steps `every=` skips, as the hook does.
         eager_hook = self._clock.gate(self._eager_hook(reg))
@@ -171,7 +225,18 @@ class CompiledHooks:
                 return
             what = graph_route(output, reg.grad)
             if what == EAGER:
-                eager(module, args, kwargs, output)
+                parts = graph_parts(output, reg.grad)
+                if parts is None:
+                    eager(module, args, kwargs, output)
+                    return
+                # An output of several tensors (a layer's tuple, a `ModelOutput`): each
+                # tensor recorded in the graph, delivered as one record of the output.
+                tensors, routes, layout = parts
+                call_id = traced_call()
+                number = layout_id(layout, len(tensors))
+                flags = TRAINING if training else 0
+                for i, tensor in enumerate(tensors):
+                    put(tensor, site, call_id, flags, routes[i] | _PART, i, number)
                 return
             # `output` itself, or the one tensor of a tuple such as attention's
             # `(output, None)`: traced, not sent the eager way behind a graph break.
@@ -205,7 +270,10 @@ class CompiledHooks:
             length: int,
             attention: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
         ) -> None:
-            if what & ~(_INNER | _NEW) == HOOKED_OUTPUT:
+            if what & ~(_INNER | _NEW | _PART) == HOOKED_OUTPUT:
+                # With `_PART`, the gradients say which tensor of the output they are of.
+                grad_what = what & _PART
+
                 # Both return the gradient unchanged: under compiled autograd a hook that
                 # returns None replaces it with None.
                 def grad_hook(grad: Tensor) -> Tensor:
@@ -217,7 +285,9 @@ class CompiledHooks:
                         call_id,
                         grad.numel(),
                         GRAD,
-                        _OUTPUT_GRAD,
+                        _OUTPUT_GRAD | grad_what,
+                        index,
+                        length,
                     )
                     return grad
 
@@ -237,7 +307,9 @@ class CompiledHooks:
                             call_id,
                             part.numel(),
                             GRAD,
-                            _BASE_GRAD,
+                            _BASE_GRAD | grad_what,
+                            index,
+                            length,
                         )
                         return grad
 
@@ -421,6 +493,21 @@ class CompiledHooks:
 
         return hook
 
+    def _layout_id(self) -> Callable[[Layout, int], int]:
+        """`layout_id(layout, count)`: the number of an output's layout of `count` tensors
+        (`plan.graph_layout`), for `_deliver`; called by Dynamo once while tracing, its
+        result a constant of the graph."""
+        layouts, ids = self._layouts, self._layout_ids
+
+        def layout_id(layout: Layout, count: int) -> int:
+            number = ids.get(layout)
+            if number is None:
+                number = ids[layout] = len(layouts)
+                layouts.append((layout, count))
+            return number
+
+        return mark_trace_constant(layout_id)
+
     def _open_sink(self) -> int:
         """The key the graphs deliver to, open (until `close`)."""
         if self._key is None:
@@ -483,7 +570,11 @@ class CompiledHooks:
                 self._sink.put_raw(site, 0, clock.step, flags, raw, numel, vectors=vectors)
             return
         inner = what & _INNER
-        what &= ~(_INNER | _NEW)
+        part = what & _PART
+        what &= ~(_INNER | _NEW | _PART)
+        if part and what in (OUTPUT, HOOKED_OUTPUT):
+            self._deliver_part(raw, vectors, site, call_id, numel, flags, what, index, length)
+            return
         if what in (OUTPUT, HOOKED_OUTPUT):
             reg = self._site_regs[site]
             call = reg.calls
@@ -491,18 +582,14 @@ class CompiledHooks:
                 reg.calls = call + 1
             self._sink.put_raw(site, call, clock.step, flags, raw, numel, index, length, vectors)
             if what == HOOKED_OUTPUT:
-                entry = _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)
-                recent = self._awaiting.setdefault((site, call_id), [])
-                recent.append(entry)
-                # step() forgets the calls of earlier steps; a loop that never calls it
-                # must not grow this without bound (a graph kept with retain_graph for
-                # more than this many later calls would find no call to match).
-                if len(recent) > _AWAITED_CALLS:
-                    del recent[0]
+                self._await(
+                    (site, call_id), _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)
+                )
             return
         task = graph_task_id()
         from_base = what == _BASE_GRAD
-        for awaiting in reversed(self._awaiting.get((site, call_id), ())):
+        key = (site, call_id, index) if part else (site, call_id)
+        for awaiting in reversed(self._awaiting.get(key, ())):
             if (awaiting.base_task if from_base else awaiting.output_task) != task:
                 break
         else:
@@ -516,7 +603,9 @@ class CompiledHooks:
         else:
             awaiting.output_task = task
             first = awaiting.base_task != task
-        if first:
+        if first and awaiting.gather is not None:
+            awaiting.gather.put(task, index, (raw, numel, vectors))
+        elif first:
             self._sink.put_raw(
                 awaiting.site,
                 awaiting.call,
@@ -527,6 +616,52 @@ class CompiledHooks:
                 vectors=vectors,
             )
             self._sink.watch_pass()
+
+    def _deliver_part(
+        self,
+        raw: Tensor,
+        vectors: list[Tensor],
+        site: int,
+        call_id: int,
+        numel: int,
+        flags: int,
+        what: int,
+        index: int,
+        layout: int,
+    ) -> None:
+        """Collect the statistics of tensor `index` of an output of several (`_PART`); at
+        its last, record the output as the eager path does (one call, one record of the
+        whole structure) and await the gradients of its hooked tensors, gathered into one
+        record per backward pass (`_Gather`)."""
+        parts = self._parts
+        if index == 0:
+            parts.clear()  # the graph delivers an output's tensors in order, one after another
+        parts.append(((raw, numel, vectors), what == HOOKED_OUTPUT))
+        shape, count = self._layouts[layout]
+        if index < count - 1:
+            return
+        reg = self._site_regs[site]
+        call = reg.calls
+        reg.calls = call + 1
+        step = self._clock.step
+        self._sink.put_raws(site, call, step, flags, [raw for raw, _ in parts], shape)
+        hooked = [i for i, (_, grad) in enumerate(parts) if grad]
+        if hooked:
+            record = _Awaiting(site, call, step, flags | GRAD)
+            gather = _Gather(self._sink, record, count, len(hooked))
+            for i in hooked:
+                self._await((site, call_id, i), _Awaiting(site, call, step, 0, gather))
+        parts.clear()
+
+    def _await(self, key: tuple[int, ...], entry: _Awaiting) -> None:
+        """Await the gradient of `entry`'s call, delivered under `key`."""
+        recent = self._awaiting.setdefault(key, [])
+        recent.append(entry)
+        # step() forgets the calls of earlier steps; a loop that never calls it must not
+        # grow this without bound (a graph kept with retain_graph for more than this many
+        # later calls would find no call to match).
+        if len(recent) > _AWAITED_CALLS:
+            del recent[0]
 
 
 def recompile(compiled: list[Callable[..., Any]], modules: list[nn.Module]) -> None:

@@ -11,7 +11,7 @@ site is an index into `Columns.sites`, and what stops tracking is the `stop` it 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import torch
@@ -23,6 +23,7 @@ from .budget import MemoryBudget, held_nbytes, value_nbytes
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns
 from .grad_hooks import unrecordable
 from .options import Options
+from .plan import Layout, graph_value, is_flat_tuple
 from .records import Kind, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import BoundDefaultStash, default_stash_value, keep
 
@@ -224,6 +225,39 @@ class RecordSink:
             columns.add_object(site, call, step, flags | REFS, tuple(refs))
         else:
             columns.add(site, call, step, flags, ref)
+
+    def put_raws(
+        self,
+        site: int,
+        call: int,
+        step: int,
+        flags: int,
+        raws: Sequence[tuple[Tensor, int, list[Tensor]] | None],
+        layout: Layout | None = None,
+    ) -> None:
+        """Keep statistics a compiled graph computed of the tensors of one value of several
+        (`(raw, numel, vectors)` each, as `put_raw` takes them; None where none came) as
+        `record` keeps that value: with a `layout` (`plan.graph_layout`, an output), the
+        structure it describes holding their statistics, or a tuple of references when it
+        is a plain tuple of tensors and `None`s; without, the gradients `Gather` collects
+        (a 1-tuple of one)."""
+        self.recorded = True
+        columns = self.stashes
+        store = columns.store
+        assert store is not None
+        budget = self._budget
+        before = store.nbytes if budget is not None else 0
+        put = getattr(store, "put_raw")  # noqa: B009 (a StatsStore's)
+        refs = tuple(None if r is None else put(*r) for r in raws)
+        if budget is not None:
+            budget.count(columns, site, flags, store.nbytes - before)
+        if layout is None and len(refs) == 1:
+            columns.add(site, call, step, flags | TUPLE, refs[0])
+        elif layout is None or is_flat_tuple(layout):
+            columns.add_object(site, call, step, flags | REFS, refs)
+        else:
+            values = [None if r is None else store.get(r) for r in refs]
+            columns.add_object(site, call, step, flags, graph_value(layout, values))
 
     def _record_custom(
         self,
