@@ -225,7 +225,11 @@ class CompiledHooks:
                 return
             what = graph_route(output, reg.grad)
             if what == EAGER:
-                parts = graph_parts(output, reg.grad)
+                # Run outside a trace (the hook of the module a compiled frame is called
+                # from), a hook on a tensor the graph returns would see only the gradient
+                # from outside the graph (not a pooler's inside it): the eager path reads
+                # the whole, and there is no graph to break.
+                parts = graph_parts(output, reg.grad) if torch.compiler.is_compiling() else None
                 if parts is None:
                     eager(module, args, kwargs, output)
                     return
@@ -245,7 +249,11 @@ class CompiledHooks:
             call_id = traced_call()  # a constant in the compiled graph
             put(tensor, site, call_id, TRAINING if training else 0, what, index, length)
 
-        return hook
+        # Inlined where its module's call is traced; never compiled as a frame of its own
+        # when it runs outside a trace (after a graph break in its module's forward): one
+        # frame for the code all modules' hooks share would guard on each closure's cells
+        # and hit Dynamo's recompile limit (GPT-2).
+        return never_a_frame(hook)
 
     def _put(self) -> Callable[..., None]:
         """What a traced hook calls to record `tensor` at `site` in the graph:
