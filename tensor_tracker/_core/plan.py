@@ -268,7 +268,7 @@ def graph_layout(output: Any) -> tuple[list[Tensor], Layout] | None:
         >>> x = torch.ones(2)
         >>> tensors, layout = graph_layout({"a": (x, None, 3), "b": [x * 2]})
         >>> len(tensors), layout
-        (2, ('dict', ('a', 'b'), (('tuple', <class 'tuple'>, (('t', 0), ('c', None), ('c', 3))), ('tuple', <class 'list'>, (('t', 1),)))))
+        (2, ('dict', ('a', 'b'), (('tuple', <class 'tuple'>, (('t', 0), ('c', <class 'NoneType'>, None), ('c', <class 'int'>, 3))), ('tuple', <class 'list'>, (('t', 1),)))))
         >>> graph_layout((x, object())), graph_layout((None, 1))
         (None, None)
     """
@@ -282,7 +282,8 @@ def _layout(value: Any, tensors: list[Tensor]) -> Layout | None:
         tensors.append(value)
         return ("t", len(tensors) - 1)
     if type(value) in _CONSTANTS:
-        return ("c", value)
+        # With its type: the layouts are told apart by equality, and True == 1 == 1.0.
+        return ("c", type(value), value)
     if isinstance(value, (tuple, list)):
         if not (type(value) in (tuple, list) or hasattr(value, "_fields")):
             return None  # another sequence class: `rmap` rebuilds it from a list
@@ -330,7 +331,7 @@ def is_flat_tuple(layout: Layout) -> bool:
     return (
         layout[0] == "tuple"
         and layout[1] is tuple
-        and all(item[0] == "t" or item == ("c", None) for item in layout[2])
+        and all(item[0] == "t" or item[1:] == (type(None), None) for item in layout[2])
     )
 
 
@@ -346,7 +347,7 @@ def graph_value(layout: Layout, values: list[Any]) -> Any:
     if tag == "t":
         return values[layout[1]]
     if tag == "c":
-        return layout[1]
+        return layout[2]
     if tag == "dict":
         return dict(zip(layout[1], [graph_value(v, values) for v in layout[2]], strict=True))
     if tag == "dataclass":
