@@ -94,13 +94,13 @@ class _Gather:
     one record per backward pass as the eager path's `grad_hooks.Gather` does: when all
     the hooked ones came, else at the end of the pass (`None` for those that did not)."""
 
-    __slots__ = ("arrived", "awaiting", "expected", "raws", "sink", "task")
+    __slots__ = ("arrived", "awaiting", "expected", "refs", "sink", "task")
 
     def __init__(self, sink: RecordSink, awaiting: _Awaiting, count: int, expected: int) -> None:
         self.sink = sink
         self.awaiting = awaiting  # where the record goes
         self.expected = expected
-        self.raws: list[_Raw | None] = [None] * count
+        self.refs: list[int | None] = [None] * count
         self.arrived = 0
         self.task = -1
 
@@ -110,7 +110,8 @@ class _Gather:
             self.task = task
             self.arrived = 0
             queue_at_end_of_backward(self.flush)
-        self.raws[index] = raw
+        a = self.awaiting
+        self.refs[index] = self.sink.store_raw(a.site, a.flags, *raw)
         self.arrived += 1
         if self.arrived == self.expected:
             self.flush()
@@ -119,9 +120,9 @@ class _Gather:
         if not self.arrived:
             return
         a = self.awaiting
-        self.sink.put_raws(a.site, a.call, a.step, a.flags, self.raws)
+        self.sink.put_refs(a.site, a.call, a.step, a.flags, self.refs)
         self.sink.watch_pass()
-        self.raws = [None] * len(self.raws)
+        self.refs = [None] * len(self.refs)
         self.arrived = 0
 
 
@@ -176,11 +177,11 @@ class CompiledHooks:
         self._tokens: dict[int, tuple[Registration, dict[tuple[str, str], int]]] = {}
         self._inner_calls = 0
         # The layouts of outputs of several tensors (`plan.graph_parts`) and their number
-        # of tensors, by number (traced in as a constant); the forward statistics of the
-        # one being delivered, by tensor.
+        # of tensors, by number (traced in as a constant); the forward statistics of those
+        # being delivered, by tensor, by (site, traced hook call).
         self._layouts: list[tuple[Layout, int]] = []
         self._layout_ids: dict[Layout, int] = {}
-        self._parts: list[tuple[_Raw, bool]] = []
+        self._parts: dict[tuple[int, int], list[tuple[int, bool] | None]] = {}
 
     def forward_hook(self, reg: Registration) -> Callable[..., None]:
         """The forward hook of a compiled model's module with `stats=`: TorchDynamo traces
@@ -239,8 +240,8 @@ class CompiledHooks:
                 call_id = traced_call()
                 number = layout_id(layout, len(tensors))
                 flags = TRAINING if training else 0
-                for i, tensor in enumerate(tensors):
-                    put(tensor, site, call_id, flags, routes[i] | _PART, i, number)
+                for i, item in enumerate(tensors):
+                    put(item, site, call_id, flags, routes[i] | _PART, i, number)
                 return
             # `output` itself, or the one tensor of a tuple such as attention's
             # `(output, None)`: traced, not sent the eager way behind a graph break.
@@ -249,11 +250,7 @@ class CompiledHooks:
             call_id = traced_call()  # a constant in the compiled graph
             put(tensor, site, call_id, TRAINING if training else 0, what, index, length)
 
-        # Inlined where its module's call is traced; never compiled as a frame of its own
-        # when it runs outside a trace (after a graph break in its module's forward): one
-        # frame for the code all modules' hooks share would guard on each closure's cells
-        # and hit Dynamo's recompile limit (GPT-2).
-        return never_a_frame(hook)
+        return hook
 
     def _put(self) -> Callable[..., None]:
         """What a traced hook calls to record `tensor` at `site` in the graph:
@@ -537,6 +534,7 @@ class CompiledHooks:
         self._owners.clear()
         self._tokens.clear()
         self._inner_calls = 0
+        self._parts.clear()
 
     def await_only(self, step: int) -> None:
         """Await only the gradients of the calls of `step`, the step `step()` ends (a
@@ -641,25 +639,28 @@ class CompiledHooks:
         its last, record the output as the eager path does (one call, one record of the
         whole structure) and await the gradients of its hooked tensors, gathered into one
         record per backward pass (`_Gather`)."""
-        parts = self._parts
-        if index == 0:
-            parts.clear()  # the graph delivers an output's tensors in order, one after another
-        parts.append(((raw, numel, vectors), what == HOOKED_OUTPUT))
         shape, count = self._layouts[layout]
-        if index < count - 1:
+        # Inductor may deliver them in any order, and another call's between them.
+        parts = self._parts.setdefault((site, call_id), [None] * count)
+        parts[index] = (
+            self._sink.store_raw(site, flags, raw, numel, vectors),
+            what == HOOKED_OUTPUT,
+        )
+        if None in parts:
             return
+        del self._parts[(site, call_id)]
+        done = cast(list[tuple[int, bool]], parts)
         reg = self._site_regs[site]
         call = reg.calls
         reg.calls = call + 1
         step = self._clock.step
-        self._sink.put_raws(site, call, step, flags, [raw for raw, _ in parts], shape)
-        hooked = [i for i, (_, grad) in enumerate(parts) if grad]
+        self._sink.put_refs(site, call, step, flags, [ref for ref, _ in done], shape)
+        hooked = [i for i, (_, grad) in enumerate(done) if grad]
         if hooked:
             record = _Awaiting(site, call, step, flags | GRAD)
             gather = _Gather(self._sink, record, count, len(hooked))
             for i in hooked:
                 self._await((site, call_id, i), _Awaiting(site, call, step, 0, gather))
-        parts.clear()
 
     def _await(self, key: tuple[int, ...], entry: _Awaiting) -> None:
         """Await the gradient of `entry`'s call, delivered under `key`."""

@@ -226,35 +226,43 @@ class RecordSink:
         else:
             columns.add(site, call, step, flags, ref)
 
-    def put_raws(
+    def store_raw(
+        self, site: int, flags: int, raw: Tensor, numel: int, vectors: list[Tensor]
+    ) -> int:
+        """Keep statistics a compiled graph computed (as `put_raw` takes them) of one tensor
+        of a value of several, for `put_refs`, now: a compiled graph may reuse `raw`'s
+        memory once it returns. Its reference in the store."""
+        store = self.stashes.store
+        assert store is not None
+        budget = self._budget
+        before = store.nbytes if budget is not None else 0
+        ref: int = getattr(store, "put_raw")(raw, numel, vectors)  # noqa: B009 (a StatsStore's)
+        if budget is not None:
+            budget.count(self.stashes, site, flags, store.nbytes - before)
+        return ref
+
+    def put_refs(
         self,
         site: int,
         call: int,
         step: int,
         flags: int,
-        raws: Sequence[tuple[Tensor, int, list[Tensor]] | None],
+        refs: Sequence[int | None],
         layout: Layout | None = None,
     ) -> None:
-        """Keep statistics a compiled graph computed of the tensors of one value of several
-        (`(raw, numel, vectors)` each, as `put_raw` takes them; None where none came) as
-        `record` keeps that value: with a `layout` (`plan.graph_layout`, an output), the
-        structure it describes holding their statistics, or a tuple of references when it
-        is a plain tuple of tensors and `None`s; without, the gradients `Gather` collects
-        (a 1-tuple of one)."""
+        """Keep the statistics of the tensors of one value of several (`store_raw`'s
+        references; None where none came) as `record` keeps that value: with a `layout`
+        (`plan.graph_layout`, an output), the structure it describes holding them, or a
+        tuple of references when it is a plain tuple of tensors and `None`s; without, the
+        gradients `Gather` collects (a 1-tuple of one)."""
         self.recorded = True
         columns = self.stashes
         store = columns.store
         assert store is not None
-        budget = self._budget
-        before = store.nbytes if budget is not None else 0
-        put = getattr(store, "put_raw")  # noqa: B009 (a StatsStore's)
-        refs = tuple(None if r is None else put(*r) for r in raws)
-        if budget is not None:
-            budget.count(columns, site, flags, store.nbytes - before)
-        if layout is None and len(refs) == 1:
+        if layout is None and len(refs) == 1 and refs[0] is not None:
             columns.add(site, call, step, flags | TUPLE, refs[0])
         elif layout is None or is_flat_tuple(layout):
-            columns.add_object(site, call, step, flags | REFS, refs)
+            columns.add_object(site, call, step, flags | REFS, tuple(refs))
         else:
             values = [None if r is None else store.get(r) for r in refs]
             columns.add_object(site, call, step, flags, graph_value(layout, values))
