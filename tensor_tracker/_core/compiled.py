@@ -26,6 +26,7 @@ from .._torch_compat import (
     forget_compiled_code,
     graph_task_id,
     never_a_frame,
+    queue_at_end_of_backward,
     untraced,
 )
 from .clock import Clock
@@ -33,7 +34,7 @@ from .columns import GRAD, TRAINING, TUPLE
 from .dist import local_value
 from .grad_hooks import traced_stand_in, view_replay
 from .graph_sink import close_sink, emit_op, mark_trace_constant, new_sink_key, open_sink
-from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, graph_part, graph_route
+from .plan import EAGER, HOOKED_OUTPUT, OUTPUT, Layout, graph_part, graph_parts, graph_route
 from .records import Kind
 from .registrations import Registration
 from .sink import RecordSink
@@ -55,6 +56,9 @@ _NEW = 16
 _HOST = 32
 """Or'ed into `what`: `emit`'s `raw` is the CPU tensor itself, whose statistics `_deliver`
 computes as eager tracking does (`_put`)."""
+_PART = 64
+"""Or'ed into `what`: one tensor of a module's output of several (`plan.graph_parts`);
+`index` is its number and `length` the output's layout (`CompiledHooks._layouts`)."""
 _HOOKS_WORK = -1
 """On the owner stack (`owner_hooks`): the tracker's own hooks run (their ops are no
 module's)."""
@@ -73,17 +77,61 @@ _AWAITED_CALLS = 64
 class _Awaiting:
     """A compiled module call whose output's gradient is hooked (`forward_hook`), and
     the backward passes (graph tasks) in which the output's and the base's hooks last
-    delivered: the first of the two in a pass is recorded."""
+    delivered: the first of the two in a pass is recorded. For one tensor of an output of
+    several, `gather` collects it with the others (`_Gather`)."""
 
-    __slots__ = ("base_task", "call", "flags", "output_task", "site", "step")
+    __slots__ = ("base_task", "call", "flags", "gather", "output_task", "site", "step")
 
-    def __init__(self, site: int, call: int, step: int, flags: int) -> None:
+    def __init__(
+        self, site: int, call: int, step: int, flags: int, gather: _Gather | None = None
+    ) -> None:
         self.site = site
         self.call = call
         self.step = step
         self.flags = flags  # of the gradient record
+        self.gather = gather
         self.output_task = -1
         self.base_task = -1
+
+
+_Raw = tuple[Tensor, int, list[Tensor], bool]
+
+
+class _Gather:
+    """The gradients of the tensors of one compiled call's output of several, recorded as
+    one record per backward pass as the eager path's `grad_hooks.Gather` does: when all
+    the hooked ones came, else at the end of the pass (`None` for those that did not)."""
+
+    __slots__ = ("arrived", "awaiting", "expected", "refs", "sink", "task")
+
+    def __init__(self, sink: RecordSink, awaiting: _Awaiting, count: int, expected: int) -> None:
+        self.sink = sink
+        self.awaiting = awaiting  # where the record goes
+        self.expected = expected
+        self.refs: list[int | None] = [None] * count
+        self.arrived = 0
+        self.task = -1
+
+    def put(self, task: int, index: int, raw: _Raw) -> None:
+        if task != self.task:
+            self.flush()
+            self.task = task
+            self.arrived = 0
+            queue_at_end_of_backward(self.flush)
+        a = self.awaiting
+        self.refs[index] = self.sink.store_raw(a.site, a.flags, *raw)
+        self.arrived += 1
+        if self.arrived == self.expected:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.arrived:
+            return
+        a = self.awaiting
+        self.sink.put_refs(a.site, a.call, a.step, a.flags, self.refs)
+        self.sink.watch_pass()
+        self.refs = [None] * len(self.refs)
+        self.arrived = 0
 
 
 def traceable_params(reg: Registration) -> bool:
@@ -126,7 +174,7 @@ class CompiledHooks:
         self._key: int | None = None
         self._open = False
         self._site_regs: dict[int, Registration] = {}
-        self._awaiting: dict[tuple[int, int], list[_Awaiting]] = {}
+        self._awaiting: dict[tuple[int, ...], list[_Awaiting]] = {}
         self._param_steps: dict[int, int] = {}
         # The registered module calls being traced, innermost last: each a token
         # (`owner_hooks`), or `_HOOKS_WORK`. Dynamo traces its changes (and undoes them
@@ -137,6 +185,12 @@ class CompiledHooks:
         self._tokens: dict[int, tuple[Registration, dict[tuple[str, str], int]]] = {}
         self._owner_regs: list[Registration] = []
         self._inner_calls = 0
+        # The layouts of outputs of several tensors (`plan.graph_parts`) and their number
+        # of tensors, by number (traced in as a constant); the forward statistics of those
+        # being delivered, by tensor, by (site, traced hook call).
+        self._layouts: list[tuple[Layout, int]] = []
+        self._layout_ids: dict[Layout, int] = {}
+        self._parts: dict[tuple[int, int], list[tuple[int, bool] | None]] = {}
 
     def forward_hook(self, reg: Registration) -> Callable[..., None]:
         """The forward hook of a compiled model's module with `stats=`: TorchDynamo traces
@@ -167,6 +221,7 @@ class CompiledHooks:
             return number
 
         traced_call = mark_trace_constant(traced_call)
+        layout_id = self._layout_id()
         # `torch.compiler.disable`: what the traced hook calls, behind a graph break; it
         # stays attached through the steps `every=` skips, as the hook does.
         eager_hook = self._clock.gate(self._eager_hook(reg))
@@ -180,7 +235,22 @@ class CompiledHooks:
                 return
             what = graph_route(output, reg.grad)
             if what == EAGER:
-                eager(module, args, kwargs, output)
+                # Run outside a trace (the hook of the module a compiled frame is called
+                # from), a hook on a tensor the graph returns would see only the gradient
+                # from outside the graph (not a pooler's inside it): the eager path reads
+                # the whole, and there is no graph to break.
+                parts = graph_parts(output, reg.grad) if torch.compiler.is_compiling() else None
+                if parts is None:
+                    eager(module, args, kwargs, output)
+                    return
+                # An output of several tensors (a layer's tuple, a `ModelOutput`): each
+                # tensor recorded in the graph, delivered as one record of the output.
+                tensors, routes, layout = parts
+                call_id = traced_call()
+                number = layout_id(layout, len(tensors))
+                flags = TRAINING if training else 0
+                for i, item in enumerate(tensors):
+                    put(item, site, call_id, flags, routes[i] | _PART, i, number)
                 return
             # `output` itself, or the one tensor of a tuple such as attention's
             # `(output, None)`: traced, not sent the eager way behind a graph break.
@@ -214,7 +284,10 @@ class CompiledHooks:
             length: int,
             attention: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
         ) -> None:
-            if what & ~(_INNER | _NEW) == HOOKED_OUTPUT:
+            if what & ~(_INNER | _NEW | _PART) == HOOKED_OUTPUT:
+                # With `_PART`, the gradients say which tensor of the output they are of.
+                grad_what = what & _PART
+
                 # Both return the gradient unchanged: under compiled autograd a hook that
                 # returns None replaces it with None.
                 def grad_hook(grad: Tensor) -> Tensor:
@@ -227,7 +300,9 @@ class CompiledHooks:
                         call_id,
                         grad.numel(),
                         GRAD,
-                        _OUTPUT_GRAD | host,
+                        _OUTPUT_GRAD | grad_what | host,
+                        index,
+                        length,
                     )
                     return grad
 
@@ -248,7 +323,9 @@ class CompiledHooks:
                             call_id,
                             part.numel(),
                             GRAD,
-                            _BASE_GRAD | host,
+                            _BASE_GRAD | grad_what | host,
+                            index,
+                            length,
                         )
                         return grad
 
@@ -441,6 +518,21 @@ class CompiledHooks:
 
         return hook
 
+    def _layout_id(self) -> Callable[[Layout, int], int]:
+        """`layout_id(layout, count)`: the number of an output's layout of `count` tensors
+        (`plan.graph_layout`), for `_deliver`; called by Dynamo once while tracing, its
+        result a constant of the graph."""
+        layouts, ids = self._layouts, self._layout_ids
+
+        def layout_id(layout: Layout, count: int) -> int:
+            number = ids.get(layout)
+            if number is None:
+                number = ids[layout] = len(layouts)
+                layouts.append((layout, count))
+            return number
+
+        return mark_trace_constant(layout_id)
+
     def _open_sink(self) -> int:
         """The key the graphs deliver to, open (until `close`)."""
         if self._key is None:
@@ -463,6 +555,7 @@ class CompiledHooks:
         self._tokens.clear()
         self._owner_regs.clear()
         self._inner_calls = 0
+        self._parts.clear()
 
     def await_only(self, step: int) -> None:
         """Await only the gradients of the calls of `step`, the step `step()` ends (a
@@ -508,7 +601,11 @@ class CompiledHooks:
                 )
             return
         inner = what & _INNER
-        what &= ~(_INNER | _NEW)
+        part = what & _PART
+        what &= ~(_INNER | _NEW | _PART)
+        if part and what in (OUTPUT, HOOKED_OUTPUT):
+            self._deliver_part(raw, vectors, site, call_id, numel, flags, what, index, length, host)
+            return
         if what in (OUTPUT, HOOKED_OUTPUT):
             reg = self._site_regs[site]
             call = reg.calls
@@ -518,18 +615,14 @@ class CompiledHooks:
                 site, call, clock.step, flags, raw, numel, index, length, vectors, host
             )
             if what == HOOKED_OUTPUT:
-                entry = _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)
-                recent = self._awaiting.setdefault((site, call_id), [])
-                recent.append(entry)
-                # step() forgets the calls of earlier steps; a loop that never calls it
-                # must not grow this without bound (a graph kept with retain_graph for
-                # more than this many later calls would find no call to match).
-                if len(recent) > _AWAITED_CALLS:
-                    del recent[0]
+                self._await(
+                    (site, call_id), _Awaiting(site, call, clock.step, flags | GRAD | TUPLE)
+                )
             return
         task = graph_task_id()
         from_base = what == _BASE_GRAD
-        for awaiting in reversed(self._awaiting.get((site, call_id), ())):
+        key = (site, call_id, index) if part else (site, call_id)
+        for awaiting in reversed(self._awaiting.get(key, ())):
             if (awaiting.base_task if from_base else awaiting.output_task) != task:
                 break
         else:
@@ -543,7 +636,9 @@ class CompiledHooks:
         else:
             awaiting.output_task = task
             first = awaiting.base_task != task
-        if first:
+        if first and awaiting.gather is not None:
+            awaiting.gather.put(task, index, (raw, numel, vectors, host))
+        elif first:
             self._sink.put_raw(
                 awaiting.site,
                 awaiting.call,
@@ -555,6 +650,56 @@ class CompiledHooks:
                 tensor=host,
             )
             self._sink.watch_pass()
+
+    def _deliver_part(
+        self,
+        raw: Tensor,
+        vectors: list[Tensor],
+        site: int,
+        call_id: int,
+        numel: int,
+        flags: int,
+        what: int,
+        index: int,
+        layout: int,
+        host: bool,
+    ) -> None:
+        """Collect the statistics of tensor `index` of an output of several (`_PART`); at
+        its last, record the output as the eager path does (one call, one record of the
+        whole structure) and await the gradients of its hooked tensors, gathered into one
+        record per backward pass (`_Gather`)."""
+        shape, count = self._layouts[layout]
+        # Inductor may deliver them in any order, and another call's between them.
+        parts = self._parts.setdefault((site, call_id), [None] * count)
+        parts[index] = (
+            self._sink.store_raw(site, flags, raw, numel, vectors, host),
+            what == HOOKED_OUTPUT,
+        )
+        if None in parts:
+            return
+        del self._parts[(site, call_id)]
+        done = cast(list[tuple[int, bool]], parts)
+        reg = self._site_regs[site]
+        call = reg.calls
+        reg.calls = call + 1
+        step = self._clock.step
+        self._sink.put_refs(site, call, step, flags, [ref for ref, _ in done], shape)
+        hooked = [i for i, (_, grad) in enumerate(done) if grad]
+        if hooked:
+            record = _Awaiting(site, call, step, flags | GRAD)
+            gather = _Gather(self._sink, record, count, len(hooked))
+            for i in hooked:
+                self._await((site, call_id, i), _Awaiting(site, call, step, 0, gather))
+
+    def _await(self, key: tuple[int, ...], entry: _Awaiting) -> None:
+        """Await the gradient of `entry`'s call, delivered under `key`."""
+        recent = self._awaiting.setdefault(key, [])
+        recent.append(entry)
+        # step() forgets the calls of earlier steps; a loop that never calls it must not
+        # grow this without bound (a graph kept with retain_graph for more than this many
+        # later calls would find no call to match).
+        if len(recent) > _AWAITED_CALLS:
+            del recent[0]
 
 
 def _emitted(fn: Any, tensor: Tensor) -> tuple[Tensor, int]:

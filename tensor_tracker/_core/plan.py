@@ -6,7 +6,8 @@ parameters) by `plan_hooks`, into a `HookPlan` that `Recorder` applies. What to 
 value a hook sees is decided per call by the functions below, which read only the value's
 structure: `grad_targets` (which tensors of an output get gradient hooks),
 `graph_route` (whether the compiled path can record an output in its graph) and
-`graph_part` (which tensor of it),
+`graph_part` (which tensor of it), `graph_layout` (the tensors of an output of several,
+and how to rebuild the eager record from theirs: `graph_value`),
 `recorded_inputs` (which arguments are recorded) and `optimizer_states` (which optimizer
 state is). The rule for a view whose gradient goes around it is `grad_hooks.stand_in`.
 None of them runs a model; `tests/core/test_plan.py` checks them on plain descriptions.
@@ -30,9 +31,13 @@ __all__ = [
     "ModuleFacts",
     "Setting",
     "grad_targets",
+    "graph_layout",
     "graph_part",
+    "graph_parts",
     "graph_route",
+    "graph_value",
     "inner_in_graph",
+    "is_flat_tuple",
     "optimizer_states",
     "plan_hooks",
     "recorded_inputs",
@@ -242,6 +247,136 @@ def graph_route(output: Any, grad: bool) -> int:
     if not (grad and tensor.requires_grad):
         return OUTPUT
     return EAGER if tensor.is_leaf else HOOKED_OUTPUT
+
+
+_CONSTANTS = (type(None), bool, int, float, str)
+
+Layout = tuple[Any, ...]
+"""`graph_layout`'s description of a structure: nested tuples of constants (strings, numbers,
+classes), so that Dynamo can hand it to a trace-time constant function."""
+
+
+def graph_layout(output: Any) -> tuple[list[Tensor], Layout] | None:
+    """The tensors of an `output` made of several (tuples, lists, namedtuples, dicts with
+    constant keys, dataclasses such as a Hugging Face `ModelOutput`, nested; `None`s and
+    plain values among them), in the order `iter_tensors` yields them, and its layout:
+    what `graph_value` rebuilds the eager record from (`stash_fns.keep`'s result). None for
+    anything else (another object, a dict with non-constant keys, no tensor), which takes
+    the eager path. Plain Python, so that Dynamo traces it into constants.
+
+    Example:
+        >>> x = torch.ones(2)
+        >>> tensors, layout = graph_layout({"a": (x, None, 3), "b": [x * 2]})
+        >>> len(tensors), layout
+        (2, ('dict', ('a', 'b'), (('tuple', <class 'tuple'>, (('t', 0), ('c', <class 'NoneType'>, None), ('c', <class 'int'>, 3))), ('tuple', <class 'list'>, (('t', 1),)))))
+        >>> graph_layout((x, object())), graph_layout((None, 1))
+        (None, None)
+    """
+    tensors: list[Tensor] = []
+    layout = _layout(output, tensors)
+    return (tensors, layout) if layout is not None and tensors else None
+
+
+def _layout(value: Any, tensors: list[Tensor]) -> Layout | None:
+    if isinstance(value, Tensor):
+        tensors.append(value)
+        return ("t", len(tensors) - 1)
+    if type(value) in _CONSTANTS:
+        # With its type: the layouts are told apart by equality, and True == 1 == 1.0.
+        return ("c", type(value), value)
+    if isinstance(value, (tuple, list)):
+        if not (type(value) in (tuple, list) or hasattr(value, "_fields")):
+            return None  # another sequence class: `rmap` rebuilds it from a list
+        items = []
+        for item in value:
+            found = _layout(item, tensors)
+            if found is None:
+                return None
+            items.append(found)
+        return ("tuple", type(value), tuple(items))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = []
+        items = []
+        for field in dataclasses.fields(value):
+            if not (field.init and hasattr(value, field.name)):
+                return None
+            found = _layout(getattr(value, field.name), tensors)
+            if found is None:
+                return None
+            names.append(field.name)
+            items.append(found)
+        return ("dataclass", type(value), tuple(names), tuple(items))
+    if type(value) is dict:
+        keys = []
+        items = []
+        for key, item in value.items():
+            found = _layout(item, tensors)
+            if type(key) not in _CONSTANTS or found is None:
+                return None
+            keys.append(key)
+            items.append(found)
+        return ("dict", tuple(keys), tuple(items))
+    return None
+
+
+def is_flat_tuple(layout: Layout) -> bool:
+    """Whether `layout` (`graph_layout`) is a plain tuple of tensors and `None`s, which
+    the eager path keeps as a tuple of store references.
+
+    Example:
+        >>> x = torch.ones(1)
+        >>> is_flat_tuple(graph_layout((x, None, x))[1]), is_flat_tuple(graph_layout([x])[1])
+        (True, False)
+    """
+    return (
+        layout[0] == "tuple"
+        and layout[1] is tuple
+        and all(item[0] == "t" or item[1:] == (type(None), None) for item in layout[2])
+    )
+
+
+def graph_value(layout: Layout, values: list[Any]) -> Any:
+    """The record the eager path keeps of an output of `layout` (`graph_layout`), its
+    tensors' values being `values`: the same containers, rebuilt as `rmap_tensor` does.
+
+    Example:
+        >>> graph_value(graph_layout({"a": (torch.ones(1), None)})[1], ["stats"])
+        {'a': ('stats', None)}
+    """
+    tag = layout[0]
+    if tag == "t":
+        return values[layout[1]]
+    if tag == "c":
+        return layout[2]
+    if tag == "dict":
+        return dict(zip(layout[1], [graph_value(v, values) for v in layout[2]], strict=True))
+    if tag == "dataclass":
+        built = [graph_value(v, values) for v in layout[3]]
+        return layout[1](**dict(zip(layout[2], built, strict=True)))
+    cls, items = layout[1], [graph_value(v, values) for v in layout[2]]
+    if cls is tuple or cls is list:
+        return cls(items)
+    return cls(*items)  # a namedtuple
+
+
+def graph_parts(output: Any, grad: bool) -> tuple[list[Tensor], list[int], Layout] | None:
+    """How a compiled model's hook records an `output` of several tensors that `graph_part`
+    does not take (`grad`: its gradient is wanted): its tensors (`graph_layout`), the
+    `graph_route` of each and its layout; None when it takes the eager path (not a
+    structure `graph_layout` describes, or a tensor of it that `graph_route` sends there).
+
+    Example:
+        >>> x = torch.ones(2, requires_grad=True)
+        >>> _, routes, _ = graph_parts({"a": x * 2, "b": (x.detach(), 1)}, True)
+        >>> routes, graph_parts((x, x * 2), True), graph_parts((x, x * 2), False)[1]
+        ([1, 0], None, [0, 0])
+    """
+    found = graph_layout(output)
+    if found is None:
+        return None
+    tensors, layout = found
+    routes = [graph_route(t, grad) for t in tensors]
+    return None if EAGER in routes else (tensors, routes, layout)
 
 
 def recorded_inputs(

@@ -11,7 +11,7 @@ site is an index into `Columns.sites`, and what stops tracking is the `stop` it 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import torch
@@ -23,6 +23,7 @@ from .budget import MemoryBudget, held_nbytes, value_nbytes
 from .columns import GRAD, REFS, TRAINING, TUPLE, Columns
 from .grad_hooks import unrecordable
 from .options import Options
+from .plan import Layout, graph_value, is_flat_tuple
 from .records import Kind, Origin, Stash, StashFn, StashValueFn
 from .stash_fns import BoundDefaultStash, default_stash_value, keep
 
@@ -214,22 +215,64 @@ class RecordSink:
         them."""
         self.recorded = True
         columns = self.stashes
-        store = columns.store
-        assert store is not None
-        budget = self._budget
-        before = store.nbytes if budget is not None else 0
-        if tensor:
-            ref = store.put(raw, memo=False)
-        else:
-            ref = getattr(store, "put_raw")(raw, numel, vectors)  # noqa: B009 (a StatsStore's)
-        if budget is not None:
-            budget.count(columns, site, flags, store.nbytes - before)
+        ref = self.store_raw(site, flags, raw, numel, vectors or [], tensor)
         if length:
             refs: list[int | None] = [None] * length
             refs[index] = ref
             columns.add_object(site, call, step, flags | REFS, tuple(refs))
         else:
             columns.add(site, call, step, flags, ref)
+
+    def store_raw(
+        self,
+        site: int,
+        flags: int,
+        raw: Tensor,
+        numel: int,
+        vectors: list[Tensor],
+        tensor: bool = False,
+    ) -> int:
+        """Keep statistics a compiled graph computed (as `put_raw` takes them) of one tensor
+        (of a value of several, for `put_refs`), now: a compiled graph may reuse `raw`'s
+        memory once it returns. Its reference in the store."""
+        store = self.stashes.store
+        assert store is not None
+        budget = self._budget
+        before = store.nbytes if budget is not None else 0
+        ref: int
+        if tensor:
+            ref = store.put(raw, memo=False)
+        else:
+            ref = getattr(store, "put_raw")(raw, numel, vectors)  # noqa: B009 (a StatsStore's)
+        if budget is not None:
+            budget.count(self.stashes, site, flags, store.nbytes - before)
+        return ref
+
+    def put_refs(
+        self,
+        site: int,
+        call: int,
+        step: int,
+        flags: int,
+        refs: Sequence[int | None],
+        layout: Layout | None = None,
+    ) -> None:
+        """Keep the statistics of the tensors of one value of several (`store_raw`'s
+        references; None where none came) as `record` keeps that value: with a `layout`
+        (`plan.graph_layout`, an output), the structure it describes holding them, or a
+        tuple of references when it is a plain tuple of tensors and `None`s; without, the
+        gradients `Gather` collects (a 1-tuple of one)."""
+        self.recorded = True
+        columns = self.stashes
+        store = columns.store
+        assert store is not None
+        if layout is None and len(refs) == 1 and refs[0] is not None:
+            columns.add(site, call, step, flags | TUPLE, refs[0])
+        elif layout is None or is_flat_tuple(layout):
+            columns.add_object(site, call, step, flags | REFS, tuple(refs))
+        else:
+            values = [None if r is None else store.get(r) for r in refs]
+            columns.add_object(site, call, step, flags, graph_value(layout, values))
 
     def _record_custom(
         self,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+
 import pytest
 import torch
 
@@ -13,12 +16,17 @@ from tensor_tracker._core.plan import (
     ModuleFacts,
     Setting,
     grad_targets,
+    graph_layout,
     graph_part,
+    graph_parts,
     graph_route,
+    graph_value,
+    is_flat_tuple,
     optimizer_states,
     plan_hooks,
     recorded_inputs,
 )
+from tensor_tracker._core.stash_fns import keep
 
 # A compiled model whose statistics can be computed in its graphs, on a torch that traces
 # gradient hooks.
@@ -130,6 +138,68 @@ def test_which_tensor_of_an_output_a_compiled_hook_records() -> None:
     assert graph_part((x,)) == (x, 0, 1)
     for other in ((x, x), (x, 1), [x], {"a": x}, (None,), ()):
         assert graph_part(other) == (None, -1, 0)
+
+
+_Pair = collections.namedtuple("_Pair", "first second")
+
+
+@dataclasses.dataclass
+class _Output:  # a Hugging Face `ModelOutput` is a dataclass too
+    hidden: torch.Tensor
+    attentions: tuple[torch.Tensor, ...] | None = None
+    loss: torch.Tensor | None = None
+
+
+def _outputs() -> list[object]:
+    x = torch.ones(2, requires_grad=True) * 2
+    return [
+        (x, x.detach()),
+        [x, None, 3, "s", 1.5, True],
+        {"a": x, "b": (x, {"c": [x.detach()]})},
+        _Pair(x, (None, x)),
+        _Output(x, (x, x.detach())),
+        (x, _Output(x)),
+    ]
+
+
+@pytest.mark.parametrize("output", _outputs())
+def test_an_output_of_several_tensors_is_rebuilt_as_the_eager_path_keeps_it(
+    output: object,
+) -> None:
+    # The compiled hook records each tensor of `graph_layout` and `graph_value` rebuilds the
+    # record from their values: the same as `keep`, the eager path's, whatever the nesting.
+    found = graph_layout(output)
+    assert found is not None
+    tensors, layout = found
+    hash(layout)  # a constant Dynamo can hand to a trace-time function
+    x = tensors[0]
+    value = graph_value(layout, [t.sum().item() for t in tensors])
+    assert value == keep(output, lambda t: t.sum().item())
+    assert type(value) is type(output)
+    assert graph_layout((x, 1))[1] != graph_layout((x, True))[1]  # type: ignore[index]
+
+
+def test_what_a_compiled_hook_leaves_to_the_eager_path() -> None:
+    x = torch.ones(2, requires_grad=True)
+    made = x * 2
+    assert graph_layout((x, object())) is None  # an object the eager path notes as such
+    assert graph_layout({(1, 2): x}) is None  # a key that is not a plain value
+    assert graph_layout((None, 1)) is None  # no tensor
+    assert graph_layout(collections.OrderedDict(a=x)) is None  # another mapping class
+    assert graph_parts((made, x), True) is None  # a leaf whose gradient is wanted
+    assert graph_parts((made, torch.ones(0)), True) is None  # an empty tensor
+    parts = graph_parts({"a": made, "b": (made.detach(), x)}, False)
+    assert parts is not None and parts[1] == [OUTPUT, OUTPUT, OUTPUT]
+    parts = graph_parts({"a": made, "b": made.detach()}, True)
+    assert parts is not None and parts[1] == [HOOKED_OUTPUT, OUTPUT]
+
+
+def test_which_layouts_the_eager_path_keeps_as_a_tuple_of_references() -> None:
+    x = torch.ones(2)
+    flat = [(x, x), (x, None, x)]
+    nested = [(x, 1), [x, x], (x, (x,)), _Pair(x, x), {"a": x}]
+    assert [is_flat_tuple(graph_layout(v)[1]) for v in flat] == [True, True]  # type: ignore[index]
+    assert not any(is_flat_tuple(graph_layout(v)[1]) for v in nested)  # type: ignore[index]
 
 
 def test_which_inputs_are_recorded_and_under_which_names() -> None:
