@@ -33,6 +33,7 @@ __all__ = [
     "forget_compiled_code",
     "gradient_node",
     "graph_task_id",
+    "hooks_in_frame",
     "keep_in_graph",
     "never_a_frame",
     "next_sequence_nr",
@@ -165,6 +166,51 @@ def compiled_callable(module: nn.Module) -> Callable[..., Any] | None:
         return found if callable(found) else None
     found = getattr(module, "_compiled_call_impl", None)
     return found if callable(found) else None
+
+
+class _Restore:
+    """A hook handle's `remove()` that puts an `OptimizedModule`'s `forward` back."""
+
+    def __init__(self, module: nn.Module, forward: Any) -> None:
+        self.module = module
+        self.forward = forward
+
+    def remove(self) -> None:
+        if self.forward is not None:
+            self.module.forward = self.forward
+            self.forward = None
+
+
+def hooks_in_frame(module: nn.Module) -> _Restore | None:
+    """Make the `OptimizedModule` `module` (from `torch.compile(model)`) trace `model`'s
+    own hooks into its graph, as it traces those of `model`'s children; returns what puts
+    it back (`.remove()`), or None when `module` is no such wrapper or this torch lacks
+    Dynamo's `wrap_inline`. By default the wrapper runs `model`'s hooks outside the
+    compiled frame: a gradient hook that a forward hook puts there on `model`'s output then
+    sees only the gradient from outside the graph, not that of a use inside it (BERT's
+    pooler reading `last_hidden_state`). This is the wrapper torch itself builds when
+    `torch._dynamo.config.wrap_top_frame` is set."""
+    if type(module).__name__ != "OptimizedModule" or "_forward" in vars(module):
+        return None  # a lazy module's wrapper checks its initialisation first: leave it
+    forward = vars(module).get("forward")
+    context = getattr(module, "dynamo_ctx", None)
+    inner = getattr(module, "_orig_mod", None)
+    try:
+        from torch._dynamo.external_utils import wrap_inline
+    except ImportError:
+        return None
+    if (
+        forward is None
+        or getattr(forward, "_tensor_tracker_in_frame", False)  # made here already
+        or context is None
+        or type(context).__name__ == "DisableContext"
+        or not isinstance(inner, nn.Module)
+    ):
+        return None
+    traced = context(wrap_inline(inner))
+    traced._tensor_tracker_in_frame = True
+    module.forward = traced
+    return _Restore(module, forward)
 
 
 def _codes(fn: Any) -> list[types.CodeType]:

@@ -22,7 +22,12 @@ from typing import Any, TypeVar, cast, overload
 
 from torch import Tensor, nn
 
-from .._torch_compat import compiled_callable, dynamo_has_compiled_code, untraced
+from .._torch_compat import (
+    compiled_callable,
+    dynamo_has_compiled_code,
+    hooks_in_frame,
+    untraced,
+)
 from .._validate import check_bool, check_count, check_int, check_type
 from ..errors import ArgumentValueError, NotRecordedError, TrackerStateError
 from .clock import Clock
@@ -219,6 +224,10 @@ class Recorder:
         self._clock = Clock(options.every_of)
         self._sink = RecordSink(options, stop=_weak_call(self.unregister))
         self._regs = Registrations(self._sink.site_id)
+        # The compiled models among those registered (`torch.compile`'s wrappers and
+        # modules compiled in place), for `_recompile`.
+        self._wrappers: list[nn.Module] = []
+        self._in_frame: list[Any] = []  # what puts their forward back (`hooks_in_frame`)
         self._eager = EagerHooks(self._clock, self._sink, options.train_only)
         self._updates = (
             UpdateHooks(self._clock, self._sink, options.train_only)
@@ -357,6 +366,8 @@ class Recorder:
             compiled = compiled_callable(child)
             if compiled is not None:
                 self._regs.compiled.append(compiled)  # before registering: _attach looks at it
+                if not any(child is w for w in self._wrappers):
+                    self._wrappers.append(child)
             name = names.get(id(child))
             if name is None:
                 continue  # a wrapper
@@ -502,7 +513,14 @@ class Recorder:
             self._recompile()
 
     def _recompile(self) -> None:
-        recompile(self._regs.compiled, [reg.module for reg in self._regs.items])
+        # The hooks of a compiled model's root traced into its graph, as its children's
+        # are, until the hooks come off (`hooks_in_frame`).
+        for wrapper in self._wrappers:
+            handle = hooks_in_frame(wrapper)
+            if handle is not None:
+                self._in_frame.append(handle)
+        entries = [*self._regs.compiled, *(compiled_callable(w) for w in self._wrappers)]
+        recompile([e for e in entries if e is not None], [reg.module for reg in self._regs.items])
 
     def _setting(self) -> Setting:
         """What the hooks of every module depend on, as it is now (see `plan`)."""
@@ -601,6 +619,9 @@ class Recorder:
 
     def _detach(self) -> None:
         self._regs.detach()
+        for handle in self._in_frame:
+            handle.remove()
+        self._in_frame.clear()
         self._eager.detach()
         self._graph.close()
         if self._ops is not None:
