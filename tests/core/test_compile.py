@@ -542,15 +542,9 @@ def test_outputs_of_several_tensors_add_no_graph_break_and_keep_gradients_bitwis
     eager = track(model, stats=True, every=2)
     _steps(model, inputs, loss, eager, 4)
     assert len(tracker) > 0
-    compiled_rows, eager_rows = _records(tracker), _records(eager)
-    if make is _bert:
-        # Known gap, as before: the root's hooks run outside the compiled frame (Dynamo
-        # traces its forward), where a hook on a tensor the graph returns and also uses
-        # (BERT's last_hidden_state, fed to its pooler) sees only the gradient from outside.
-        compiled_rows, eager_rows = (
-            [r for r in rows if r[0] or not r[1]] for rows in (compiled_rows, eager_rows)
-        )
-    _same_values(compiled_rows, eager_rows)
+    # BERT's root returns last_hidden_state and feeds it to its pooler in the same graph:
+    # its gradient record is the whole gradient (`hooks_in_frame`).
+    _same_values(_records(tracker), _records(eager))
 
 
 @pytest.mark.skipif(not graph_gradients(), reason="torch < 2.13 breaks the graph")
