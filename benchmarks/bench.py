@@ -1450,7 +1450,7 @@ def compiled_module_hooks(rounds: int, backend: str = "inductor", quick: bool = 
         ratio = statistics.median(kept)
         print(
             f"| {label} | {statistics.median(tracked[2:]) * 1000:.2f} ms | {ratio:.2f}x "
-            f"({'met' if ratio <= 1.10 else 'MISSED'}) |"
+            f"{_compiled_verdict(ratio, quick)} |"
         )
     # every=3 records rounds 0, 3, 6, ...: the kept ratios start at round 2.
     every = ratios["compiled every=3"]
@@ -1526,8 +1526,16 @@ def compiled_ops(rounds: int, backend: str = "inductor", quick: bool = False) ->
     print(
         f"| compiled ops={_OPS}, stats=True | {ratio:.3f}x "
         f"(above the floor {statistics.median(above):+.3f}) "
-        f"| <= 1.10x ({'met' if ratio <= 1.10 else 'MISSED'}) |"
+        f"| <= 1.10x {_compiled_verdict(ratio, quick)} |"
     )
+
+
+def _compiled_verdict(ratio: float, quick: bool) -> str:
+    """The verdict on a compiled row's 1.10x target, which is for the full-size models
+    and inductor: the quick run's tiny models under the eager backend only smoke-test."""
+    if quick:
+        return "(1.10x is for the full-size run)"
+    return f"({'met' if ratio <= 1.10 else 'MISSED'})"
 
 
 def main() -> None:
